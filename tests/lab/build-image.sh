@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Build the lab base image: Debian 12 (bookworm) with systemd as PID 1, made by debootstrap from
+# Debian's mirror and `docker import`ed. The tag carries a hash of this recipe, so an edited recipe
+# builds a new image and an unchanged one is reused.
+#   tests/lab/build-image.sh            build when missing, print the tag
+#   tests/lab/build-image.sh --force    rebuild
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+suite=bookworm
+mirror=${TTFLEET_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# What later roles need on a host: python for modules, git/venv for tt-inference-server,
+# rsync/curl for weights, iproute2/procps for diagnostics.
+packages=systemd,systemd-sysv,dbus,python3,python3-venv,python3-yaml,sudo,iproute2,procps,git,rsync,curl,ca-certificates,util-linux
+recipe_hash=$( { cat "$0" "$here/files/tt-smi"; echo "$suite $packages"; } | sha256sum | cut -c1-12)
+tag="ttfleet-lab/debian:${suite}-${recipe_hash}"
+
+log() { printf '==> %s\n' "$*" >&2; }
+
+if [ "${1:-}" != "--force" ] && docker image inspect "$tag" >/dev/null 2>&1; then
+  echo "$tag"
+  exit 0
+fi
+
+command -v debootstrap >/dev/null 2>&1 || {
+  log "installing debootstrap"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+}
+
+work=$(mktemp -d /var/tmp/ttfleet-rootfs.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+rootfs="$work/rootfs"
+log "debootstrap $suite from $mirror (about a minute)"
+debootstrap --variant=minbase --include="$packages" "$suite" "$rootfs" "$mirror" >"$work/debootstrap.log" 2>&1 || {
+  tail -n 30 "$work/debootstrap.log" >&2
+  exit 1
+}
+
+# Container-friendly systemd: no getty, no udev-triggered units that need a real /dev.
+for unit in getty.target console-getty.service systemd-udevd.service systemd-udev-trigger.service \
+            systemd-modules-load.service sys-kernel-config.mount sys-kernel-debug.mount \
+            systemd-remount-fs.service apt-daily.timer apt-daily-upgrade.timer; do
+  ln -sf /dev/null "$rootfs/etc/systemd/system/$unit"
+done
+echo "ttfleet-lab" >"$rootfs/etc/hostname"
+: >"$rootfs/etc/machine-id"
+# Hardware stand-in for the lab only: prints the snapshot each lab host was given.
+install -m 0755 "$here/files/tt-smi" "$rootfs/usr/local/bin/tt-smi"
+rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+
+log "docker import -> $tag"
+tar -C "$rootfs" -c . | docker import -c 'CMD ["/lib/systemd/systemd"]' - "$tag" >/dev/null
+docker tag "$tag" ttfleet-lab/debian:latest
+echo "$tag"

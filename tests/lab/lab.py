@@ -1,0 +1,257 @@
+#!/usr/bin/env python3
+"""Simulated Tenstorrent lab hosts: systemd containers that look like n150 ... p300x2 machines.
+
+Lab only, never used by roles or plugins. Each host is a Debian 12 container with systemd as PID 1,
+`/dev/tenstorrent/<N>` character devices matching its device type's PCIe chip count, a hugetlbfs
+mount at /dev/hugepages-1G, and a `tt-smi -s` stand-in that prints a snapshot shaped like the real
+one. `up` writes inventories/lab/hosts.yml with one group per device type.
+
+    tests/lab/lab.py up [--hosts n150,n300,p300x2]   start (or reuse) hosts, write the inventory
+    tests/lab/lab.py down                            remove every lab host and the inventory
+    tests/lab/lab.py status                          list lab hosts
+    tests/lab/lab.py provision NAME=DEVICE ...       add the stand-ins to running containers
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+INVENTORY = os.path.join(ROOT, "inventories", "lab", "hosts.yml")
+LABEL = "ttfleet.lab"
+NETWORK = "ttfleet-lab"
+IMAGE_SCRIPT = os.path.join(ROOT, "tests", "lab", "build-image.sh")
+
+# TTIS device name -> what the hardware looks like: PCIe chips (= /dev/tenstorrent nodes) and the
+# tt-smi `device_info` entries. tt-smi suffixes every Wormhole chip " L" (PCIe) or " R" (remote: an
+# n300's second chip), Blackhole chips get none, and a p300 card shows as two chips.
+DEVICES = {
+    "n150": {"pcie": 1, "boards": [("n150 L", 1)], "arch": "Wormhole"},
+    "n300": {"pcie": 1, "boards": [("n300 L", 1), ("n300 R", 1)], "arch": "Wormhole"},
+    "t3k": {"pcie": 4, "boards": [("n300 L", 4), ("n300 R", 4)], "arch": "Wormhole"},
+    "galaxy": {"pcie": 32, "boards": [("tt-galaxy-wh L", 32)], "arch": "Wormhole"},
+    "p150": {"pcie": 1, "boards": [("p150a", 1)], "arch": "Blackhole"},
+    "p150x4": {"pcie": 4, "boards": [("p150a", 4)], "arch": "Blackhole"},
+    "p150x8": {"pcie": 8, "boards": [("p150a", 8)], "arch": "Blackhole"},
+    "p300": {"pcie": 2, "boards": [("p300c", 2)], "arch": "Blackhole"},
+    "p300x2": {"pcie": 4, "boards": [("p300c", 4)], "arch": "Blackhole"},
+}
+DEFAULT_HOSTS = "n150,p150x4,p300x2"
+FW_BUNDLE = {"Wormhole": "80.17.0.0", "Blackhole": "19.6.0.0"}
+KMD_VERSION = "2.4.1"
+TT_MAJOR = 240  # any free char major: the lab has no driver, only the nodes matter
+
+
+def log(msg):
+    print(f"==> {msg}", file=sys.stderr, flush=True)
+
+
+def docker(*args, check=True, capture=True, stdin=None):
+    proc = subprocess.run(
+        ["docker", *args], check=False, text=True, input=stdin,
+        stdout=subprocess.PIPE if capture else None, stderr=subprocess.PIPE if capture else None,
+    )
+    if check and proc.returncode != 0:
+        raise SystemExit(f"docker {' '.join(args)} failed: {(proc.stderr or '').strip()}")
+    return proc
+
+
+def snapshot(device, hostname):
+    spec = DEVICES[device]
+    boards = []
+    bus = 0
+    for board_type, count in spec["boards"]:
+        for _ in range(count):
+            remote = board_type.endswith(" R")
+            boards.append({
+                "smbus_telem": {"BOARD_ID": f"0x10001{bus:011x}"},
+                "board_info": {
+                    "bus_id": "N/A" if remote else f"0000:{bus + 1:02x}:00.0",
+                    "board_type": board_type,
+                    "board_id": f"010001{bus:010x}",
+                    "coords": "N/A",
+                    "dram_status": True,
+                    "dram_speed": "12G" if spec["arch"] == "Wormhole" else "16G",
+                    "pcie_speed": "N/A" if remote else (4 if spec["arch"] == "Wormhole" else 5),
+                    "pcie_width": "N/A" if remote else "16",
+                },
+                "telemetry": {"voltage": "0.80", "current": " 23.0", "power": " 18.0",
+                              "aiclk": " 500", "asic_temperature": "42.3", "heartbeat": "51234"},
+                "firmwares": {"fw_bundle_version": FW_BUNDLE[spec["arch"]], "tt_flash_version": "3.1.0.0",
+                              "cm_fw": "2.33.0.0", "cm_fw_date": "2025-05-09", "eth_fw": "7.0.0",
+                              "bm_bl_fw": "129.2.0.0", "bm_app_fw": "5.12.0.0"},
+                "limits": {"vdd_min": "0.70", "vdd_max": "0.95", "tdp_limit": " 85",
+                           "tdc_limit": "160", "asic_fmax": "1000"},
+            })
+            bus += 1
+    return {
+        "time": "",
+        "host_info": {
+            "OS": "Linux", "Distro": "Debian GNU/Linux 12 (bookworm)", "Kernel": os.uname().release,
+            "Hostname": hostname, "Platform": "x86_64", "Python": "3.11.2",
+            "Memory": "24.00 GB", "Driver": f"TT-KMD {KMD_VERSION}",
+        },
+        "host_sw_vers": {"tt_smi": "3.0.39", "pyluwen": "0.7.16"},
+        "device_info": boards,
+    }
+
+
+def provision_script(device):
+    pcie = DEVICES[device]["pcie"]
+    return f"""set -e
+mkdir -p /dev/tenstorrent /etc/ttfleet-lab /dev/hugepages-1G
+for n in $(seq 0 {pcie - 1}); do [ -e /dev/tenstorrent/$n ] || mknod -m 0666 /dev/tenstorrent/$n c {TT_MAJOR} $n; done
+findmnt /dev/hugepages-1G >/dev/null || mount -t hugetlbfs -o pagesize=1G,mode=1770 hugetlbfs /dev/hugepages-1G
+echo {device} > /etc/ttfleet-lab/device
+"""
+
+
+def wait_for_systemd(name):
+    for _ in range(60):
+        proc = docker("exec", name, "systemctl", "is-system-running", "--wait", check=False)
+        if proc.stdout.strip() in ("running", "degraded"):
+            return
+        time.sleep(1)
+    raise SystemExit(f"{name}: systemd did not come up within 60 s")
+
+
+def lab_containers():
+    fmt = '{{.Names}}\t{{.State}}\t{{.Image}}\t{{.Label "ttfleet.lab.device"}}'
+    proc = docker("ps", "-a", "--filter", f"label={LABEL}", "--format", fmt)
+    rows = [line.split("\t") for line in proc.stdout.splitlines() if line.strip()]
+    return {name: {"state": state, "image": image, "device": device} for name, state, image, device in rows}
+
+
+def ensure_image():
+    proc = subprocess.run([IMAGE_SCRIPT], check=True, text=True, stdout=subprocess.PIPE)
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def start_host(name, device, image):
+    docker(
+        "run", "-d", "--name", name, "--hostname", name, "--network", NETWORK,
+        "--label", LABEL, "--label", f"ttfleet.lab.device={device}",
+        "--cap-add", "SYS_ADMIN", "--security-opt", "seccomp=unconfined", "--cgroupns=host",
+        "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", "--tmpfs", "/run", "--tmpfs", "/run/lock",
+        "--tmpfs", "/tmp", "--stop-signal", "SIGRTMIN+3", image, "/lib/systemd/systemd",
+    )
+
+
+def provision(name, device):
+    wait_for_systemd(name)
+    docker("exec", "-i", name, "sh", "-s", stdin=provision_script(device))
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
+        json.dump(snapshot(device, name), handle, indent=2)
+    try:
+        docker("cp", handle.name, f"{name}:/etc/ttfleet-lab/tt-smi-snapshot.json")
+    finally:
+        os.unlink(handle.name)
+
+
+def write_inventory(hosts):
+    groups = {}
+    for name, device in sorted(hosts.items()):
+        groups.setdefault(device, []).append(name)
+    lines = [
+        "---",
+        "# Written by tests/lab/lab.py for the simulated lab; do not edit (rerun `make lab`).",
+        "all:",
+        "  children:",
+    ]
+    for device in DEVICES:
+        if device not in groups:
+            continue
+        lines += [f"    {device}:", "      hosts:"]
+        lines += [f"        {name}:" for name in groups[device]]
+    os.makedirs(os.path.dirname(INVENTORY), exist_ok=True)
+    tmp = INVENTORY + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write("\n".join(lines) + "\n")
+    os.replace(tmp, INVENTORY)
+
+
+def parse_hosts(text):
+    wanted = []
+    counts = {}
+    for item in [part.strip() for part in text.split(",") if part.strip()]:
+        if item not in DEVICES:
+            raise SystemExit(f"unknown lab device type {item!r}; choose from {', '.join(DEVICES)}")
+        counts[item] = counts.get(item, 0) + 1
+        wanted.append((f"lab-{item}-{counts[item]}", item))
+    if not wanted:
+        raise SystemExit("--hosts is empty; give device types such as n150,p300x2")
+    return wanted
+
+
+def cmd_up(args):
+    wanted = parse_hosts(args.hosts)
+    image = ensure_image()
+    if docker("network", "inspect", NETWORK, check=False).returncode != 0:
+        docker("network", "create", "--label", LABEL, NETWORK)
+    existing = lab_containers()
+    for name in existing:
+        if name not in dict(wanted):
+            log(f"removing {name} (not in --hosts)")
+            docker("rm", "-f", name)
+    for name, device in wanted:
+        info = existing.get(name)
+        if info and (info["device"], info["state"], info["image"]) == (device, "running", image):
+            log(f"{name}: running, reused")
+        else:
+            if info:
+                docker("rm", "-f", name)
+            log(f"{name}: starting ({device})")
+            start_host(name, device, image)
+    for name, device in wanted:
+        provision(name, device)
+    write_inventory(dict(wanted))
+    log(f"{len(wanted)} lab hosts up; inventory {os.path.relpath(INVENTORY, ROOT)}")
+
+
+def cmd_down(_args):
+    for name in lab_containers():
+        log(f"removing {name}")
+        docker("rm", "-f", name)
+    if docker("network", "inspect", NETWORK, check=False).returncode == 0:
+        docker("network", "rm", NETWORK)
+    if os.path.exists(INVENTORY):
+        os.unlink(INVENTORY)
+    log("lab is down")
+
+
+def cmd_provision(args):
+    """Give already running containers (molecule's platforms) the lab's hardware stand-ins."""
+    for item in args.containers:
+        name, _, device = item.partition("=")
+        if device not in DEVICES:
+            raise SystemExit(f"{item!r}: expected NAME=DEVICE with DEVICE one of {', '.join(DEVICES)}")
+        provision(name, device)
+        log(f"{name}: provisioned as {device}")
+
+
+def cmd_status(_args):
+    for name, info in sorted(lab_containers().items()):
+        print(f"{name}\t{info['device']}\t{info['state']}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="start lab hosts and write inventories/lab/hosts.yml")
+    up.add_argument("--hosts", default=os.environ.get("TTFLEET_LAB_HOSTS", DEFAULT_HOSTS),
+                    help=f"comma-separated device types, one host each (default {DEFAULT_HOSTS})")
+    up.set_defaults(func=cmd_up)
+    sub.add_parser("down", help="remove all lab hosts").set_defaults(func=cmd_down)
+    sub.add_parser("status", help="list lab hosts").set_defaults(func=cmd_status)
+    prov = sub.add_parser("provision", help="add the hardware stand-ins to running containers")
+    prov.add_argument("containers", nargs="+", metavar="NAME=DEVICE")
+    prov.set_defaults(func=cmd_provision)
+    args = parser.parse_args()
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()

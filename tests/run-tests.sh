@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# The test command: ruff, yamllint, ansible-lint, unit tests, ansible-test sanity, build + install +
+# ansible-doc of the tarball, molecule scenarios. Stops at the first failure.
+#   tests/run-tests.sh all | lint | unit | sanity | build | molecule [scenario ...]
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+export LANG=C.UTF-8 LC_ALL=C.UTF-8
+export ANSIBLE_COLLECTIONS_PATH="$root/.ansible/collections"
+export PATH="$root/.venv/bin:$PATH"
+export PYTHONDONTWRITEBYTECODE=1
+out="$root/tests/output"
+mkdir -p "$out"
+
+stage() { printf '\n===== %s =====\n' "$*" >&2; }
+timed() {
+  local name=$1 start=$SECONDS; shift
+  stage "$name"
+  "$@"
+  printf '===== %s: ok in %ss =====\n' "$name" "$((SECONDS - start))" >&2
+}
+
+lint() {
+  ruff check .
+  yamllint -s .
+  ansible-lint --offline
+  antsibull-changelog lint
+}
+
+unit() {
+  pytest tests/unit -q -p no:cacheprovider
+}
+
+# ansible-test needs a real ansible_collections/ttfleet/inference path (it refuses symlinks), the
+# third-party collections beside it, and a get-pip.py it would otherwise download: the stand-in
+# below bootstraps pip with ensurepip and then upgrades it from PyPI.
+sanity() {
+  local base="$out/sanity-tree" dest
+  dest="$base/ansible_collections/ttfleet/inference"
+  mkdir -p "$dest"
+  rsync -a --delete --exclude-from=<(printf '%s\n' .venv .ansible .cache .git tests/output '*.tar.gz' __pycache__ .pytest_cache .ruff_cache .hypothesis) ./ "$dest/"
+  for c in community/docker community/library_inventory_filtering_v1 ansible/posix; do
+    mkdir -p "$base/ansible_collections/$(dirname $c)"
+    rsync -a --delete ".ansible/collections/ansible_collections/$c/" "$base/ansible_collections/$c/"
+  done
+  local pipver
+  pipver=$(python -c 'from ansible_test._internal.python_requirements import PIP_VERSION as v; print(v)' 2>/dev/null ||
+           python -c 'import re,pathlib,ansible_test; p=pathlib.Path(ansible_test.__file__).parent/"_util/target/setup/requirements.py"; print(re.search(r"PIP_VERSION\s*=\s*.(\S+?).$", p.read_text(), re.M).group(1))')
+  mkdir -p "$HOME/.ansible/test/cache"
+  cat >"$HOME/.ansible/test/cache/get_pip_${pipver//./_}.py" <<PY
+# Offline stand-in for get-pip.py written by tests/run-tests.sh: ensurepip, then pip $pipver from PyPI.
+import subprocess, sys
+subprocess.run([sys.executable, "-m", "ensurepip", "--upgrade", "--default-pip"], check=True)
+subprocess.run([sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "pip==$pipver"] + [a for a in sys.argv[1:] if not a.startswith("-")], check=True)
+PY
+  (cd "$dest" && git init -q . 2>/dev/null; ANSIBLE_COLLECTIONS_PATH="$base" ansible-test sanity --python 3.11 --requirements --color=no -v)
+}
+
+build() {
+  local tmp
+  tmp=$(mktemp -d "$out/build.XXXXXX")
+  ansible-galaxy collection build --force --output-path "$tmp" .
+  local tarball
+  tarball=$(ls "$tmp"/ttfleet-inference-*.tar.gz)
+  ansible-galaxy collection install --force -p "$tmp/collections" "$tarball" >/dev/null
+  local inst="$tmp/collections/ansible_collections/ttfleet/inference"
+  test -f "$inst/MANIFEST.json"
+  # Nothing from the lab, venvs or build products may end up in the artifact.
+  if tar -tzf "$tarball" | grep -E '^(\.venv|\.ansible|\.cache|tests/output|inventories/lab/hosts\.yml)'; then
+    echo "build_ignore leaks the files above into $tarball" >&2; return 1
+  fi
+  export ANSIBLE_COLLECTIONS_PATH="$tmp/collections:$root/.ansible/collections/ansible_collections/../"
+  local listed
+  listed=$(ansible-doc -l ttfleet.inference)
+  echo "$listed"
+  local names=()
+  for f in "$inst"/plugins/modules/*.py; do
+    [ -e "$f" ] || continue
+    names+=("ttfleet.inference.$(basename "$f" .py)")
+  done
+  for n in "${names[@]}"; do
+    grep -q "^$n " <<<"$listed" || { echo "ansible-doc -l does not list $n" >&2; return 1; }
+    ansible-doc "$n" >/dev/null
+  done
+  for f in "$inst"/plugins/filter/*.py; do
+    [ -e "$f" ] || continue
+    ansible-doc -t filter -l ttfleet.inference >/dev/null
+  done
+  for r in "$inst"/roles/*/; do
+    [ -d "$r" ] || continue
+    ansible-doc -t role "ttfleet.inference.$(basename "$r")" >/dev/null
+  done
+  echo "built $(basename "$tarball") ($(du -h "$tarball" | cut -f1)), ansible-doc ok for ${#names[@]} modules" >&2
+  rm -rf "$tmp"
+}
+
+molecule_stage() {
+  tests/lab/ensure-docker.sh
+  tests/lab/build-image.sh >/dev/null
+  local scenarios=("$@")
+  if [ ${#scenarios[@]} -eq 0 ]; then
+    mapfile -t scenarios < <(find molecule -mindepth 2 -maxdepth 2 -name molecule.yml -printf '%h\n' | xargs -n1 basename | sort)
+  fi
+  for s in "${scenarios[@]}"; do
+    timed "molecule $s" molecule test -s "$s"
+  done
+}
+
+what=${1:-all}
+shift || true
+case "$what" in
+  all)
+    timed lint lint
+    timed unit unit
+    timed sanity sanity
+    timed build build
+    molecule_stage
+    ;;
+  lint | unit | sanity | build) timed "$what" "$what" ;;
+  molecule) molecule_stage "$@" ;;
+  *) echo "usage: $0 all|lint|unit|sanity|build|molecule [scenario...]" >&2; exit 2 ;;
+esac
+stage "all requested checks passed"
