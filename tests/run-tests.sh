@@ -14,10 +14,22 @@ out="$root/tests/output"
 mkdir -p "$out"
 
 stage() { printf '\n===== %s =====\n' "$*" >&2; }
+passed=0
 timed() {
   local name=$1 start=$SECONDS; shift
   stage "$name"
-  "$@"
+  # Not `if ! "$@"`: bash ignores set -e inside a function called as a condition.
+  local rc=0
+  set +e
+  (set -e; "$@")
+  rc=$?
+  set -e
+  if [ "$rc" -ne 0 ]; then
+    printf '===== %s: FAILED after %ss =====\n' "$name" "$((SECONDS - start))" >&2
+    echo "stages: $passed passed, 1 failed"
+    exit 1
+  fi
+  passed=$((passed + 1))
   printf '===== %s: ok in %ss =====\n' "$name" "$((SECONDS - start))" >&2
 }
 
@@ -45,8 +57,12 @@ sanity() {
     rsync -a --delete ".ansible/collections/ansible_collections/$c/" "$base/ansible_collections/$c/"
   done
   local pipver
-  pipver=$(python -c 'from ansible_test._internal.python_requirements import PIP_VERSION as v; print(v)' 2>/dev/null ||
-           python -c 'import re,pathlib,ansible_test; p=pathlib.Path(ansible_test.__file__).parent/"_util/target/setup/requirements.py"; print(re.search(r"PIP_VERSION\s*=\s*.(\S+?).$", p.read_text(), re.M).group(1))')
+  pipver=$(python - <<'PY'
+import pathlib, re, ansible_test
+src = (pathlib.Path(ansible_test.__file__).parent / "_internal/python_requirements.py").read_text()
+print(re.search(r"pip='([0-9.]+)'", src).group(1))
+PY
+)
   mkdir -p "$HOME/.ansible/test/cache"
   cat >"$HOME/.ansible/test/cache/get_pip_${pipver//./_}.py" <<PY
 # Offline stand-in for get-pip.py written by tests/run-tests.sh: ensurepip, then pip $pipver from PyPI.
@@ -63,14 +79,15 @@ build() {
   ansible-galaxy collection build --force --output-path "$tmp" .
   local tarball
   tarball=$(ls "$tmp"/ttfleet-inference-*.tar.gz)
+  # Only the installed tarball is visible from here on, not the checkout.
+  export ANSIBLE_COLLECTIONS_PATH="$tmp/collections"
   ansible-galaxy collection install --force -p "$tmp/collections" "$tarball" >/dev/null
   local inst="$tmp/collections/ansible_collections/ttfleet/inference"
   test -f "$inst/MANIFEST.json"
   # Nothing from the lab, venvs or build products may end up in the artifact.
-  if tar -tzf "$tarball" | grep -E '^(\.venv|\.ansible|\.cache|tests/output|inventories/lab/hosts\.yml)'; then
+  if tar -tzf "$tarball" | grep -E '^(\.venv|\.ansible|\.cache|tests/output|inventories/lab/hosts\.yml)(/|$)'; then
     echo "build_ignore leaks the files above into $tarball" >&2; return 1
   fi
-  export ANSIBLE_COLLECTIONS_PATH="$tmp/collections:$root/.ansible/collections/ansible_collections/../"
   local listed
   listed=$(ansible-doc -l ttfleet.inference)
   echo "$listed"
@@ -122,3 +139,4 @@ case "$what" in
   *) echo "usage: $0 all|lint|unit|sanity|build|molecule [scenario...]" >&2; exit 2 ;;
 esac
 stage "all requested checks passed"
+echo "stages: $passed passed, 0 failed"

@@ -11,7 +11,7 @@ suite=bookworm
 mirror=${TTFLEET_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 # What later roles need on a host: python for modules, git/venv for tt-inference-server,
 # rsync/curl for weights, iproute2/procps for diagnostics.
-packages=systemd,systemd-sysv,dbus,python3,python3-venv,python3-yaml,sudo,iproute2,procps,git,rsync,curl,ca-certificates,util-linux
+packages=systemd,systemd-sysv,dbus,python3,python-is-python3,python3-venv,python3-yaml,sudo,iproute2,procps,git,rsync,curl,ca-certificates,util-linux
 recipe_hash=$( { cat "$0" "$here/files/tt-smi"; echo "$suite $packages"; } | sha256sum | cut -c1-12)
 tag="ttfleet-lab/debian:${suite}-${recipe_hash}"
 

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Simulated Tenstorrent lab hosts: systemd containers that look like n150 ... p300x2 machines.
 
 Lab only, never used by roles or plugins. Each host is a Debian 12 container with systemd as PID 1,
@@ -64,7 +64,7 @@ def snapshot(device, hostname):
     boards = []
     bus = 0
     for board_type, count in spec["boards"]:
-        for _ in range(count):
+        for _chip in range(count):
             remote = board_type.endswith(" R")
             boards.append({
                 "smbus_telem": {"BOARD_ID": f"0x10001{bus:011x}"},
@@ -110,7 +110,7 @@ echo {device} > /etc/ttfleet-lab/device
 
 
 def wait_for_systemd(name):
-    for _ in range(60):
+    for _attempt in range(60):
         proc = docker("exec", name, "systemctl", "is-system-running", "--wait", check=False)
         if proc.stdout.strip() in ("running", "degraded"):
             return
@@ -225,7 +225,7 @@ def cmd_down(_args):
 def cmd_provision(args):
     """Give already running containers (molecule's platforms) the lab's hardware stand-ins."""
     for item in args.containers:
-        name, _, device = item.partition("=")
+        name, _sep, device = item.partition("=")
         if device not in DEVICES:
             raise SystemExit(f"{item!r}: expected NAME=DEVICE with DEVICE one of {', '.join(DEVICES)}")
         provision(name, device)
