@@ -36,7 +36,7 @@ timed() {
 lint() {
   ruff check .
   yamllint -s .
-  ansible-lint --offline
+  ansible-lint --offline --nocolor
   antsibull-changelog lint
 }
 
@@ -48,6 +48,10 @@ unit() {
 # third-party collections beside it, and a get-pip.py it would otherwise download: the stand-in
 # below bootstraps pip with ensurepip and then upgrades it from PyPI.
 sanity() {
+  # ansible-test skips its shellcheck test when the program is missing.
+  command -v shellcheck >/dev/null 2>&1 || {
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq shellcheck >/dev/null
+  }
   local base="$out/sanity-tree" dest
   dest="$base/ansible_collections/ttfleet/inference"
   mkdir -p "$dest"

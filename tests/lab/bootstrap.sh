@@ -57,20 +57,20 @@ ensure_collections() {
     rm -rf "$tree/ttfleet/inference"
     ln -s ../../../.. "$tree/ttfleet/inference"
   fi
-  local missing=""
+  local missing=() c
   for c in $BUNDLED_COLLECTIONS; do
-    [ -f "$tree/$c/MANIFEST.json" ] || missing="$missing $c"
+    [ -f "$tree/$c/MANIFEST.json" ] || missing+=("$c")
   done
-  [ -z "$missing" ] && return 0
-  log "extracting${missing} from ansible==$ANSIBLE_BUNDLE (PyPI)"
+  [ ${#missing[@]} -eq 0 ] && return 0
+  log "extracting ${missing[*]} from ansible==$ANSIBLE_BUNDLE (PyPI)"
   mkdir -p .cache/wheels
   local wheel
-  wheel=$(ls .cache/wheels/ansible-"$ANSIBLE_BUNDLE"-*.whl 2>/dev/null | head -n 1 || true)
+  wheel=$(find .cache/wheels -name "ansible-$ANSIBLE_BUNDLE-*.whl" | head -n 1)
   if [ -z "$wheel" ]; then
     .venv/bin/pip download -q --no-deps "ansible==$ANSIBLE_BUNDLE" -d .cache/wheels 2>&1 | grep -v 'is ignored' || true
-    wheel=$(ls .cache/wheels/ansible-"$ANSIBLE_BUNDLE"-*.whl | head -n 1)
+    wheel=$(find .cache/wheels -name "ansible-$ANSIBLE_BUNDLE-*.whl" | head -n 1)
   fi
-  .venv/bin/python - "$wheel" "$tree" $missing <<'PY'
+  .venv/bin/python - "$wheel" "$tree" "${missing[@]}" <<'PY'
 import sys, zipfile
 wheel, dest, wanted = sys.argv[1], sys.argv[2], sys.argv[3:]
 prefixes = tuple(f"ansible_collections/{c}/" for c in wanted)

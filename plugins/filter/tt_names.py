@@ -1,0 +1,103 @@
+# Copyright (c) ttfleet.inference contributors
+# SPDX-License-Identifier: Apache-2.0
+
+"""Jinja filters for the names and paths tt-inference-server derives from a model spec.
+
+Documentation lives beside this file, one YAML file per filter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
+    SpecError,
+    check_name,
+    container_tt_cache_path,
+    is_legacy_interface,
+    mesh_name,
+    named_volume,
+    tt_metal_cache_subdir,
+    volume_name,
+)
+
+
+def _fields(filter_name, value, names, given):
+    """Positional values, or the same keys of a model_spec result passed as the input."""
+    if isinstance(value, Mapping) and not any(v is not None for v in given):
+        missing = [name for name in names if value.get(name) in (None, "")]
+        if missing:
+            raise AnsibleFilterError(f"{filter_name}: the input dict lacks {', '.join(missing)}.")
+        return [value[name] for name in names]
+    values = [value, *given]
+    missing = [name for name, v in zip(names, values, strict=True) if v in (None, "")]
+    if missing:
+        raise AnsibleFilterError(
+            f"{filter_name}: give {', '.join(missing)} (or a ttfleet.inference.model_spec result)."
+        )
+    return values
+
+
+def _names(filter_name, values, options):
+    try:
+        return [check_name(str(v), option) for v, option in zip(values, options, strict=True)]
+    except SpecError as exc:
+        raise AnsibleFilterError(f"{filter_name}: {exc}") from exc
+
+
+def tt_volume_name(impl_id, model_name=None, version=None):
+    """volume_id_<impl_id>-<model_name>-v<version>."""
+    options = ("impl_id", "model_name", "version")
+    values = _fields("tt_volume_name", impl_id, options, (model_name, version))
+    return volume_name(*_names("tt_volume_name", values, options))
+
+
+def tt_named_volume(impl_id, model_name=None):
+    """volume_id_<impl_id>-<model_name>."""
+    options = ("impl_id", "model_name")
+    values = _fields("tt_named_volume", impl_id, options, (model_name,))
+    return named_volume(*_names("tt_named_volume", values, options))
+
+
+def tt_mesh(device):
+    """Mesh directory name of a TTIS device."""
+    (device,) = _names("tt_mesh", [device], ("device",))
+    try:
+        return mesh_name(device)
+    except SpecError as exc:
+        raise AnsibleFilterError(f"tt_mesh: {exc}") from exc
+
+
+def tt_cache_subdir(model_name, mesh=None):
+    """tt_metal_cache/cache_<model_name>/<mesh>, relative to the volume."""
+    options = ("model_name", "mesh")
+    values = _fields("tt_cache_subdir", model_name, options, (mesh,))
+    return tt_metal_cache_subdir(*_names("tt_cache_subdir", values, options))
+
+
+def tt_cache_path(model_name, mesh=None):
+    """TT_CACHE_PATH inside the container."""
+    options = ("model_name", "mesh")
+    values = _fields("tt_cache_path", model_name, options, (mesh,))
+    return container_tt_cache_path(*_names("tt_cache_path", values, options))
+
+
+def tt_legacy_interface(version, inference_engine="vLLM"):
+    """Whether a spec's image predates the v0.11.0 container interface."""
+    if isinstance(version, Mapping):
+        return is_legacy_interface(version.get("inference_engine") or "vLLM", version.get("version"))
+    return is_legacy_interface(inference_engine, None if version is None else str(version))
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "tt_volume_name": tt_volume_name,
+            "tt_named_volume": tt_named_volume,
+            "tt_mesh": tt_mesh,
+            "tt_cache_subdir": tt_cache_subdir,
+            "tt_cache_path": tt_cache_path,
+            "tt_legacy_interface": tt_legacy_interface,
+        }

@@ -1,0 +1,790 @@
+# Copyright (c) ttfleet.inference contributors
+# SPDX-License-Identifier: Apache-2.0
+
+"""Model specs of tenstorrent tt-inference-server (TTIS): loading, selection, derived names.
+
+Pure functions, standard library only, so that modules, filters and unit tests share one
+implementation of the rules that TTIS applies in ``run.py``, ``workflows/model_spec.py``,
+``workflows/setup_host.py`` and ``workflows/run_docker_server.py``.
+
+A *catalog* is the dict shape of TTIS's ``release_model_spec.json``::
+
+    {"schema_version", "release_version",
+     "model_specs": {hf_repo: {DEVICE: {engine: {impl_id: spec}}}}}
+
+plus the keys this module adds when loading: ``source`` (which loader was used), ``path``,
+``warnings``, ``legacy_layout`` and, when the checkout's own code was imported, ``device_mesh``
+and ``devices`` taken from that code.
+"""
+
+from __future__ import annotations
+
+import difflib
+import gzip
+import json
+import os
+import posixpath
+import re
+import subprocess
+import sys
+
+CONTAINER_HOME = "/home/container_app_user"
+CONTAINER_CACHE_ROOT = CONTAINER_HOME + "/cache_root"
+
+# run.py refuses vLLM images older than this: their entrypoint (gosu, MODEL_WEIGHTS_PATH, no
+# --model arguments) predates the interface change of TTIS v0.11.0.
+MIN_CURRENT_INTERFACE_VERSION = (0, 11, 0)
+
+SOURCE_CHECKOUT_CODE = "checkout_code"
+SOURCE_RELEASE_FILE = "release_model_spec.json"
+SOURCE_LEGACY_FILE = "model_specs_output.json"
+SOURCE_SPEC_FILE = "spec_file"
+
+ENGINES = ("vLLM", "media", "forge")
+
+# DeviceTypes.to_mesh_device_str() of TTIS: the leaf directory of the tensor cache.
+MESH_BY_DEVICE = {
+    "CPU": "CPU",
+    "E150": "E150",
+    "N150": "N150",
+    "N300": "N300",
+    "N150X4": "N150x4",
+    "T3K": "T3K",
+    "GALAXY": "TG",
+    "GALAXY_T3K": "T3K",
+    "DUAL_GALAXY": "(8,8)",
+    "QUAD_GALAXY": "(8,16)",
+    "P100": "P100",
+    "P150": "P150",
+    "P150X4": "P150x4",
+    "P150X8": "P150x8",
+    "P300": "P300",
+    "P300X2": "P300x2",
+    "BLACKHOLE_GALAXY": "BH-Galaxy",
+    "SUPER_CLUSTER": "Super-Cluster",
+    "GPU": "GPU",
+}
+
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+_VERSION_PREFIX = re.compile(r"^(\d+(?:\.\d+){1,2})")
+_VLLM_RELEASE_REPO = "ghcr.io/tenstorrent/tt-inference-server/vllm-tt-metal-src-release-ubuntu-22.04-amd64"
+_IMPORT_TIMEOUT = 120
+
+# Runs inside the TTIS checkout with the chosen interpreter. It imports the checkout's own
+# catalog and prints it in the release_model_spec.json shape; stdout is kept for the JSON only.
+_EXPORT_PROGRAM = r"""
+import dataclasses, enum, json, os, sys
+
+checkout = sys.argv[1]
+out = sys.stdout
+sys.stdout = sys.stderr
+sys.path.insert(0, checkout)
+from workflows import model_spec as catalog_module
+from workflows.workflow_types import DeviceTypes
+
+
+def plain(obj):
+    if isinstance(obj, enum.Enum):
+        return obj.name
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        return {(k.name if isinstance(k, enum.Enum) else str(k)): plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [plain(v) for v in obj]
+    if obj is None or isinstance(obj, (str, int, float, bool)):
+        return obj
+    return str(obj)
+
+
+nested = {}
+for spec in catalog_module.MODEL_SPECS.values():
+    engine = getattr(spec, "inference_engine", None) or "vLLM"
+    if isinstance(engine, enum.Enum):
+        engine = engine.value
+    data = plain(spec)
+    data["inference_engine"] = engine
+    device = spec.device_type.name.upper()
+    nested.setdefault(spec.hf_model_repo, {}).setdefault(device, {}).setdefault(engine, {})[
+        spec.impl.impl_id
+    ] = data
+
+meshes = {}
+for member in DeviceTypes:
+    try:
+        meshes[member.name.upper()] = member.to_mesh_device_str()
+    except Exception:
+        pass
+
+release = getattr(catalog_module, "VERSION", None)
+if release is None and os.path.isfile(os.path.join(checkout, "VERSION")):
+    with open(os.path.join(checkout, "VERSION"), encoding="utf-8") as handle:
+        release = handle.read().strip()
+
+json.dump(
+    {
+        "schema_version": getattr(catalog_module, "MODEL_SPECS_SCHEMA_VERSION", None),
+        "release_version": release,
+        "model_specs": nested,
+        "device_mesh": meshes,
+        "devices": sorted(member.name.upper() for member in DeviceTypes),
+    },
+    out,
+)
+"""
+
+
+class SpecError(Exception):
+    """A spec source or a selection that cannot be used; the message says why and how to fix it."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Input validation
+
+
+def check_name(value, option, allow_org=False):
+    """Return ``value`` if it is a safe name for ``option``, else raise SpecError.
+
+    Names end up in paths and docker arguments: at most one ``/`` (an HF ``org/name``) when
+    ``allow_org``, none otherwise; no ``..``, backslash, control character, empty part or
+    leading ``-``.
+    """
+    if not isinstance(value, str) or not value.strip():
+        raise SpecError(f"{option} must be a non-empty string, got {value!r}.")
+    problem = None
+    parts = value.split("/")
+    if _CONTROL_CHARS.search(value):
+        problem = "contains a control character"
+    elif ".." in value:
+        problem = "contains '..'"
+    elif "\\" in value:
+        problem = "contains a backslash"
+    elif value != value.strip():
+        problem = "has leading or trailing whitespace"
+    elif len(parts) > (2 if allow_org else 1):
+        problem = "may hold at most one '/' (HF org/name)" if allow_org else "may not contain '/'"
+    elif any(not part or part == "." for part in parts):
+        problem = "has an empty path component"
+    elif value.startswith("-"):
+        problem = "starts with '-'"
+    if problem:
+        raise SpecError(f"{option} {value!r} {problem}; give a plain name as listed by list mode.")
+    return value
+
+
+def _check_component(value, what, spec_label):
+    """A value taken from a spec that becomes one path component."""
+    if (
+        not isinstance(value, str)
+        or not value
+        or value in (".", "..")
+        or "/" in value
+        or "\\" in value
+        or _CONTROL_CHARS.search(value)
+    ):
+        raise SpecError(f"Spec {spec_label} has an unusable {what} {value!r}: it must be a single path component.")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Versions and names
+
+
+def parse_version_tuple(value):
+    """Leading ``X.Y[.Z]`` of ``value`` as a 3-tuple (short forms padded), or None (``dev``, ``latest``)."""
+    if not isinstance(value, str) or not value:
+        return None
+    match = _VERSION_PREFIX.match(value)
+    if not match:
+        return None
+    numbers = [int(part) for part in match.group(1).split(".")]
+    numbers += [0] * (3 - len(numbers))
+    return tuple(numbers)
+
+
+def parse_image_version(image):
+    """Version prefix of a docker image tag (text after the last ``:``), or None."""
+    if not isinstance(image, str) or ":" not in image:
+        return None
+    return parse_version_tuple(image.rsplit(":", 1)[1])
+
+
+def is_legacy_interface(inference_engine, version):
+    """True for vLLM specs whose image predates the v0.11.0 interface (run.py refuses them).
+
+    Media and forge images are not affected; an unparseable version counts as current.
+    """
+    if str(inference_engine).lower() != "vllm":
+        return False
+    parsed = parse_version_tuple(version)
+    return parsed is not None and parsed < MIN_CURRENT_INTERFACE_VERSION
+
+
+def volume_name(impl_id, model_name, version):
+    """Host volume directory name used with ``--host-volume``."""
+    return f"volume_id_{impl_id}-{model_name}-v{version}"
+
+
+def named_volume(impl_id, model_name):
+    """Docker named volume used when no host volume is given (version independent)."""
+    return f"volume_id_{impl_id}-{model_name}"
+
+
+def mesh_name(device, device_mesh=None):
+    """Mesh directory name of a TTIS device (``galaxy`` -> ``TG``, ``p300x2`` -> ``P300x2``)."""
+    key = str(device).upper()
+    if device_mesh and key in device_mesh:
+        return device_mesh[key]
+    if key in MESH_BY_DEVICE:
+        return MESH_BY_DEVICE[key]
+    raise SpecError(
+        f"Unknown device {device!r}: no mesh name known. "
+        f"Known devices: {', '.join(sorted(d.lower() for d in MESH_BY_DEVICE))}."
+    )
+
+
+def weights_subdir(model_name):
+    """Weights directory relative to the volume (cache_root)."""
+    return f"weights/{model_name}"
+
+
+def tt_metal_cache_subdir(model_name, mesh):
+    """Tensor cache directory relative to the volume (cache_root)."""
+    return f"tt_metal_cache/cache_{model_name}/{mesh}"
+
+
+def container_tt_cache_path(model_name, mesh):
+    """TT_CACHE_PATH inside the container."""
+    return f"{CONTAINER_CACHE_ROOT}/{tt_metal_cache_subdir(model_name, mesh)}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def _read_json(path):
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except OSError as exc:
+        raise SpecError(
+            f"Cannot read spec file {path}: {exc.strerror or exc}. Give the path of a release_model_spec.json "
+            "(or model_specs_output.json) export, or a tt-inference-server checkout instead."
+        ) from None
+    try:
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+        return json.loads(raw.decode("utf-8"))
+    except (OSError, EOFError, UnicodeDecodeError, ValueError) as exc:
+        raise SpecError(
+            f"Spec file {path} is not valid JSON ({exc}). Re-export it with tt-inference-server "
+            "(workflows.model_spec.export_model_specs_json) or use the release_model_spec.json of a release tag."
+        ) from None
+
+
+def _is_spec(value):
+    return (
+        isinstance(value, dict)
+        and isinstance(value.get("impl"), dict)
+        and "model_name" in value
+        and "device_type" in value
+    )
+
+
+def _is_nested(data):
+    specs = data.get("model_specs") if isinstance(data, dict) else None
+    if not isinstance(specs, dict):
+        return False
+    for devices in specs.values():
+        if not isinstance(devices, dict):
+            return False
+        for engines in devices.values():
+            if not isinstance(engines, dict):
+                return False
+            for impls in engines.values():
+                if not isinstance(impls, dict) or not all(_is_spec(spec) for spec in impls.values()):
+                    return False
+    return True
+
+
+def _is_flat(data):
+    return isinstance(data, dict) and bool(data) and all(_is_spec(spec) for spec in data.values())
+
+
+def _current_release_image(spec, old_version, new_version):
+    image = spec.get("docker_image")
+    prefix = f"{_VLLM_RELEASE_REPO}:{old_version}-"
+    if isinstance(image, str) and image.startswith(prefix):
+        return f"{_VLLM_RELEASE_REPO}:{new_version}-{image[len(prefix) :]}"
+    return image
+
+
+def _nest_flat(flat, release_version):
+    """Legacy ``{model_id: spec}`` (TTIS < v0.11) in the nested shape.
+
+    Before v0.11 every spec's version and default image tag came from the checkout's VERSION file
+    at run time, so with a known release those replace the (possibly stale) exported values.
+    """
+    nested = {}
+    for spec in flat.values():
+        spec = dict(spec)
+        spec.setdefault("inference_engine", "vLLM")
+        if release_version and spec.get("version") != release_version:
+            spec["docker_image"] = _current_release_image(spec, spec.get("version"), release_version)
+            spec["version"] = release_version
+        device = str(spec["device_type"]).upper()
+        nested.setdefault(spec["hf_model_repo"], {}).setdefault(device, {}).setdefault(spec["inference_engine"], {})[
+            spec["impl"]["impl_id"]
+        ] = spec
+    return nested
+
+
+def catalog_from_data(data, source, path=None, release_version=None):
+    """Catalog from parsed JSON in either shape; raises SpecError for anything else.
+
+    ``legacy_layout`` marks releases before v0.11, whose run.py always bind-mounted the versioned
+    host volume and read weights from the HF cache instead of ``weights/<model_name>``.
+    """
+    if _is_nested(data):
+        catalog = dict(data)
+        if not catalog.get("release_version"):
+            catalog["release_version"] = release_version
+        released = parse_version_tuple(catalog["release_version"])
+        catalog["legacy_layout"] = released is not None and released < MIN_CURRENT_INTERFACE_VERSION
+    elif _is_flat(data):
+        catalog = {
+            "schema_version": None,
+            "release_version": release_version,
+            "model_specs": _nest_flat(data, release_version),
+            "legacy_layout": True,
+        }
+    else:
+        raise SpecError(
+            f"Spec file {path or '(data)'} has an unknown shape: expected release_model_spec.json "
+            '({"schema_version", "release_version", "model_specs": {hf_repo: {DEVICE: {engine: {impl_id: spec}}}}}) '
+            "or the flat model_specs_output.json of TTIS < v0.11 ({model_id: spec}). "
+            "Point spec_file at one of those exports."
+        )
+    catalog["source"] = source
+    catalog["path"] = path
+    catalog.setdefault("warnings", [])
+    return catalog
+
+
+def load_spec_file(path, source=SOURCE_SPEC_FILE, release_version=None):
+    """Load a JSON (optionally gzip-compressed) spec export of either shape."""
+    return catalog_from_data(_read_json(path), source, path=path, release_version=release_version)
+
+
+def _read_version_file(checkout):
+    try:
+        with open(os.path.join(checkout, "VERSION"), encoding="utf-8") as handle:
+            return handle.read().strip() or None
+    except OSError:
+        return None
+
+
+def _last_line(text):
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1] if lines else "no output"
+
+
+def export_from_checkout(checkout, python=None, timeout=_IMPORT_TIMEOUT):
+    """Import the checkout's ``workflows.model_spec`` with ``python`` and return its catalog.
+
+    Raises SpecError with the interpreter's last error line (missing PyYAML, Python too old,
+    import error) so the caller can fall back to the exported files.
+    """
+    interpreter = python or sys.executable
+    env = dict(os.environ)
+    env["MODEL_SPECS_ENV"] = "prod"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.pop("OVERRIDE_BENCHMARK_TARGETS", None)
+    try:
+        proc = subprocess.run(
+            [interpreter, "-B", "-c", _EXPORT_PROGRAM, checkout],
+            cwd=checkout,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except OSError as exc:
+        raise SpecError(f"cannot run {interpreter}: {exc.strerror or exc}") from None
+    except subprocess.TimeoutExpired:
+        raise SpecError(f"{interpreter} did not finish importing workflows.model_spec within {timeout}s") from None
+    if proc.returncode != 0:
+        raise SpecError(f"{interpreter} could not import workflows.model_spec: {_last_line(proc.stderr)}")
+    try:
+        data = json.loads(proc.stdout)
+    except ValueError:
+        raise SpecError(f"{interpreter} printed no readable catalog: {_last_line(proc.stdout)}") from None
+    catalog = catalog_from_data(data, SOURCE_CHECKOUT_CODE, path=os.path.join(checkout, "workflows", "model_spec.py"))
+    catalog["python"] = interpreter
+    return catalog
+
+
+def load_checkout(checkout, python=None, timeout=_IMPORT_TIMEOUT):
+    """Catalog of a TTIS checkout: its own code first, then its exported JSON files.
+
+    Order: import ``workflows.model_spec`` (needs Python >= 3.10 and PyYAML in ``python``), then
+    ``release_model_spec.json`` (v0.11+), then the flat ``model_specs_output.json`` (< v0.11).
+    The catalog's ``source`` names the one used and ``warnings`` say why earlier ones were skipped.
+    """
+    checkout = os.path.abspath(checkout)
+    if not os.path.isdir(checkout):
+        raise SpecError(
+            f"tt_inference_server_dir {checkout} is not a directory. Clone a release tag of "
+            "https://github.com/tenstorrent/tt-inference-server there, or pass spec_file instead."
+        )
+    reasons = []
+    if os.path.isfile(os.path.join(checkout, "workflows", "model_spec.py")):
+        try:
+            return export_from_checkout(checkout, python=python, timeout=timeout)
+        except SpecError as exc:
+            reasons.append(str(exc))
+    else:
+        reasons.append("no workflows/model_spec.py")
+    release_version = _read_version_file(checkout)
+    for name, source in ((SOURCE_RELEASE_FILE, SOURCE_RELEASE_FILE), (SOURCE_LEGACY_FILE, SOURCE_LEGACY_FILE)):
+        path = os.path.join(checkout, name)
+        if not os.path.isfile(path):
+            reasons.append(f"no {name}")
+            continue
+        catalog = load_spec_file(path, source=source, release_version=release_version)
+        catalog["warnings"].append(
+            f"Using {path} because the checkout's code could not be used ({'; '.join(reasons)}). "
+            "That export was stale in some TTIS releases (v0.10.1, v0.11.1 to v0.15.0); give an interpreter "
+            "with Python >= 3.10 and PyYAML (option python) to read the code instead."
+        )
+        return catalog
+    raise SpecError(
+        f"{checkout} does not look like a tt-inference-server checkout ({'; '.join(reasons)}). "
+        "Point tt_inference_server_dir at the root of a clone of a release tag, or pass spec_file."
+    )
+
+
+def load_catalog(tt_inference_server_dir=None, spec_file=None, python=None):
+    """Catalog from exactly one of a checkout directory or a spec file."""
+    if bool(tt_inference_server_dir) == bool(spec_file):
+        raise SpecError("Give exactly one of tt_inference_server_dir or spec_file.")
+    if spec_file:
+        return load_spec_file(spec_file)
+    return load_checkout(tt_inference_server_dir, python=python)
+
+
+# ---------------------------------------------------------------------------------------------
+# Selection
+
+
+def _ensure_catalog(specs):
+    if isinstance(specs, dict) and "source" in specs and "model_specs" in specs:
+        return specs
+    return catalog_from_data(specs, SOURCE_SPEC_FILE)
+
+
+def iter_specs(catalog):
+    """Every spec of a catalog, in export order."""
+    for devices in catalog["model_specs"].values():
+        for engines in devices.values():
+            for impls in engines.values():
+                yield from impls.values()
+
+
+def _release_label(catalog):
+    release = catalog.get("release_version")
+    return f"tt-inference-server {release}" if release else "this spec"
+
+
+def known_devices(catalog):
+    """Upper-case device names that the catalog or TTIS knows."""
+    names = set(MESH_BY_DEVICE) | set(catalog.get("devices") or ()) | set(catalog.get("device_mesh") or ())
+    names.update(str(spec["device_type"]).upper() for spec in iter_specs(catalog))
+    return names
+
+
+def catalog_devices(catalog):
+    """Lower-case device names that have at least one spec, sorted."""
+    return sorted({str(spec["device_type"]).lower() for spec in iter_specs(catalog)})
+
+
+def canonical_device(catalog, device):
+    """Catalog key (upper case) of a TTIS device name given in any case."""
+    check_name(device, "device")
+    key = device.upper()
+    if key in known_devices(catalog):
+        return key
+    served = catalog_devices(catalog)
+    close = difflib.get_close_matches(device.lower(), [d.lower() for d in known_devices(catalog)], n=3, cutoff=0.6)
+    hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    raise SpecError(
+        f"Unknown device {device!r}.{hint} Devices with models in {_release_label(catalog)}: {', '.join(served)}."
+    )
+
+
+def canonical_engine(engine):
+    """Inference engine value (``vLLM``, ``media``, ``forge``) from a name in any case."""
+    check_name(engine, "engine")
+    for value in ENGINES:
+        if value.lower() == engine.lower():
+            return value
+    raise SpecError(f"Unknown engine {engine!r}; choose one of: {', '.join(e.lower() for e in ENGINES)}.")
+
+
+def _choice_text(spec):
+    dms = spec.get("device_model_spec") or {}
+    impl = spec["impl"]
+    default = ", default" if dms.get("default_impl") else ""
+    return f"impl={impl['impl_name']} (impl_id {impl['impl_id']}), engine={spec['inference_engine'].lower()}{default}"
+
+
+def _model_matches(spec, model):
+    return spec["model_name"] == model or spec["hf_model_repo"] == model
+
+
+def _close_models(device_specs, model):
+    names = sorted({spec["model_name"] for spec in device_specs})
+    by_lower = {}
+    for name in names:
+        by_lower.setdefault(name.lower(), name)
+    wanted = model.rsplit("/", 1)[-1].lower()
+    close = difflib.get_close_matches(wanted, list(by_lower), n=5, cutoff=0.5)
+    return [by_lower[name] for name in close]
+
+
+def select_spec(catalog, model, device, impl=None, engine=None):
+    """The spec that ``run.py --model MODEL --tt-device DEVICE [--impl] [--engine]`` would run.
+
+    Among the specs of that model and device (filtered by impl and engine when given), the one
+    marked ``default_impl`` wins; without a default, the first match is used only when impl or
+    engine was given, otherwise the caller must choose.
+    """
+    catalog = _ensure_catalog(catalog)
+    check_name(model, "model", allow_org=True)
+    device_key = canonical_device(catalog, device)
+    engine_value = canonical_engine(engine) if engine else None
+    if impl:
+        check_name(impl, "impl")
+    all_specs = list(iter_specs(catalog))
+    device_specs = [spec for spec in all_specs if str(spec["device_type"]).upper() == device_key]
+    if not device_specs:
+        raise SpecError(
+            f"No model is built for device {device_key.lower()} in {_release_label(catalog)}. "
+            f"Devices with models: {', '.join(catalog_devices(catalog))}."
+        )
+    model_specs = [spec for spec in device_specs if _model_matches(spec, model)]
+    if not model_specs:
+        elsewhere = sorted({str(spec["device_type"]).lower() for spec in all_specs if _model_matches(spec, model)})
+        if elsewhere:
+            raise SpecError(
+                f"Model {model!r} is not built for device {device_key.lower()} in {_release_label(catalog)}; "
+                f"it supports: {', '.join(elsewhere)}."
+            )
+        close = _close_models(device_specs, model) or _close_models(all_specs, model)
+        hint = f" Closest names: {', '.join(close)}." if close else ""
+        raise SpecError(
+            f"Unknown model {model!r} for device {device_key.lower()} in {_release_label(catalog)}.{hint} "
+            "Use list mode to see every model served on a device."
+        )
+    candidates = [
+        spec
+        for spec in model_specs
+        if (not engine_value or spec["inference_engine"] == engine_value)
+        and (not impl or impl in (spec["impl"]["impl_name"], spec["impl"]["impl_id"]))
+    ]
+    choices = "; ".join(_choice_text(spec) for spec in model_specs)
+    if not candidates:
+        wanted = ", ".join(f"{k}={v}" for k, v in (("impl", impl), ("engine", engine)) if v)
+        raise SpecError(
+            f"Model {model!r} on device {device_key.lower()} has no spec with {wanted} in {_release_label(catalog)}. "
+            f"Choices: {choices}."
+        )
+    default = next((spec for spec in candidates if (spec.get("device_model_spec") or {}).get("default_impl")), None)
+    if default is not None:
+        return default
+    if impl or engine:
+        return candidates[0]
+    raise SpecError(
+        f"Model {model!r} has no default implementation on device {device_key.lower()} in {_release_label(catalog)}; "
+        f"set impl (or engine). Choices: {choices}."
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Derivation
+
+
+def _system_requirements(value):
+    if not isinstance(value, dict):
+        return None
+    result = {}
+    for key in ("firmware", "kmd"):
+        requirement = value.get(key)
+        result[key] = (
+            {"specifier": requirement.get("specifier"), "mode": requirement.get("mode")}
+            if isinstance(requirement, dict)
+            else None
+        )
+    return result
+
+
+def _volume_root(volume_root):
+    if not volume_root:
+        return None
+    if not isinstance(volume_root, str) or _CONTROL_CHARS.search(volume_root):
+        raise SpecError(f"volume_root {volume_root!r} must be an absolute path without control characters.")
+    root = os.path.expanduser(volume_root)
+    if not posixpath.isabs(root):
+        raise SpecError(f"volume_root {volume_root!r} must be an absolute path (for example /opt/tt-cache).")
+    return posixpath.normpath(root)
+
+
+def spec_mesh(spec, catalog=None):
+    """Tensor cache leaf of a spec: the data-parallel subdevice's mesh first, else the device's."""
+    device_mesh = (catalog or {}).get("device_mesh")
+    return mesh_name(spec.get("subdevice_type") or spec["device_type"], device_mesh)
+
+
+def derive(spec, catalog=None, volume_root=None):
+    """Everything a playbook needs about one spec: names, paths, image, requirements."""
+    catalog = catalog or {}
+    label = spec.get("model_id") or f"{spec.get('model_name')}@{spec.get('device_type')}"
+    model_name = _check_component(spec["model_name"], "model_name", label)
+    impl_id = _check_component(spec["impl"]["impl_id"], "impl_id", label)
+    version = spec.get("version")
+    if version in (None, ""):
+        raise SpecError(
+            f"Spec {label} has no version pin, so its volume name is undefined; use a release (prod) spec export."
+        )
+    version = _check_component(str(version), "version", label)
+    mesh = _check_component(spec_mesh(spec, catalog), "mesh", label)
+    dms = spec.get("device_model_spec") or {}
+    engine = spec.get("inference_engine") or "vLLM"
+    image_version = parse_image_version(spec.get("docker_image"))
+    root = _volume_root(volume_root)
+    vol = volume_name(impl_id, model_name, version)
+    weights = weights_subdir(model_name)
+    cache = tt_metal_cache_subdir(model_name, mesh)
+    volume_path = posixpath.join(root, vol) if root else vol
+    env_vars = {**(spec.get("env_vars") or {}), **(dms.get("env_vars") or {})}
+    container = {
+        "cache_root": CONTAINER_CACHE_ROOT,
+        "tt_cache_path": container_tt_cache_path(model_name, mesh),
+        "weights": f"{CONTAINER_CACHE_ROOT}/{weights}",
+    }
+    return {
+        "model_name": model_name,
+        "hf_model_repo": spec["hf_model_repo"],
+        "hf_weights_repo": spec.get("hf_weights_repo") or spec["hf_model_repo"],
+        "model_id": spec.get("model_id"),
+        "impl_id": impl_id,
+        "impl_name": spec["impl"].get("impl_name", impl_id.replace("_", "-")),
+        "inference_engine": engine,
+        "device": str(spec["device_type"]).lower(),
+        "device_type": str(spec["device_type"]).upper(),
+        "subdevice_type": spec.get("subdevice_type"),
+        "default_impl": bool(dms.get("default_impl")),
+        "version": version,
+        "release_version": catalog.get("release_version"),
+        "docker_image": spec.get("docker_image"),
+        "image_version": ".".join(str(n) for n in image_version) if image_version else None,
+        "tt_metal_commit": spec.get("tt_metal_commit"),
+        "vllm_commit": spec.get("vllm_commit"),
+        "mesh": mesh,
+        "volume_name": vol,
+        "named_volume": named_volume(impl_id, model_name),
+        "weights_subdir": weights,
+        "tt_metal_cache_subdir": cache,
+        "paths": {
+            "volume": volume_path,
+            "weights": posixpath.join(volume_path, weights) if root else weights,
+            "tt_metal_cache": posixpath.join(volume_path, cache) if root else cache,
+            "container": container,
+        },
+        # Also at the top level: templates read result.container.tt_cache_path as often as paths.
+        "container": container,
+        "legacy_interface": is_legacy_interface(engine, version),
+        "legacy_layout": bool(catalog.get("legacy_layout")),
+        "min_disk_gb": spec.get("min_disk_gb"),
+        "min_ram_gb": spec.get("min_ram_gb"),
+        "param_count": spec.get("param_count"),
+        "system_requirements": _system_requirements(spec.get("system_requirements")),
+        "env_vars": {key: str(value) for key, value in env_vars.items()},
+        "vllm_args": dict(dms.get("vllm_args") or {}),
+        "max_concurrency": dms.get("max_concurrency"),
+        "max_context": dms.get("max_context"),
+        "tensor_cache_timeout": dms.get("tensor_cache_timeout", 3600.0),
+        "status": spec.get("status"),
+        "model_type": spec.get("model_type"),
+        "supported_modalities": list(spec.get("supported_modalities") or []),
+        "uses_tensor_model_cache": spec.get("uses_tensor_model_cache", True),
+        "spec_source": catalog.get("source"),
+        "spec_path": catalog.get("path"),
+    }
+
+
+def validate_inputs(model=None, device=None, impl=None, engine=None, volume_root=None):
+    """Reject hostile or malformed selection inputs before any spec is read."""
+    if model is not None:
+        check_name(model, "model", allow_org=True)
+    for value, option in ((device, "device"), (impl, "impl")):
+        if value is not None:
+            check_name(value, option)
+    if engine is not None:
+        canonical_engine(engine)
+    _volume_root(volume_root)
+
+
+def resolve(specs, model, device, impl=None, engine=None, volume_root=None):
+    """Select (model, device[, impl][, engine]) as run.py does and derive its names and paths.
+
+    ``specs`` is a catalog from one of the loaders or a parsed export of either shape.
+    Raises SpecError with a message that names the input and lists the valid choices.
+    """
+    validate_inputs(model, device, impl=impl, engine=engine, volume_root=volume_root)
+    catalog = _ensure_catalog(specs)
+    spec = select_spec(catalog, model, device, impl=impl, engine=engine)
+    return derive(spec, catalog, volume_root=volume_root)
+
+
+def list_models(specs, device=None, model=None):
+    """Every spec servable on ``device`` (all devices when None), optionally for one model."""
+    validate_inputs(model=model or None, device=device or None)
+    catalog = _ensure_catalog(specs)
+    device_key = canonical_device(catalog, device) if device else None
+    rows = []
+    for spec in iter_specs(catalog):
+        if device_key and str(spec["device_type"]).upper() != device_key:
+            continue
+        if model and not _model_matches(spec, model):
+            continue
+        engine = spec.get("inference_engine") or "vLLM"
+        version = spec.get("version")
+        rows.append(
+            {
+                "model_name": spec["model_name"],
+                "hf_model_repo": spec["hf_model_repo"],
+                "device": str(spec["device_type"]).lower(),
+                "impl_id": spec["impl"]["impl_id"],
+                "impl_name": spec["impl"].get("impl_name"),
+                "inference_engine": engine,
+                "default_impl": bool((spec.get("device_model_spec") or {}).get("default_impl")),
+                "version": version,
+                "docker_image": spec.get("docker_image"),
+                "status": spec.get("status"),
+                "model_type": spec.get("model_type"),
+                "legacy_interface": is_legacy_interface(engine, version),
+                "volume_name": volume_name(spec["impl"]["impl_id"], spec["model_name"], version) if version else None,
+            }
+        )
+    rows.sort(
+        key=lambda row: (
+            row["model_name"].lower(),
+            row["device"],
+            not row["default_impl"],
+            row["inference_engine"],
+            row["impl_id"],
+        )
+    )
+    return rows

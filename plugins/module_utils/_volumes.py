@@ -1,0 +1,762 @@
+# Copyright (c) ttfleet.inference contributors
+# SPDX-License-Identifier: Apache-2.0
+"""Host volumes of tt-inference-server: scanning, candidate selection, aliases.
+
+Private to the collection. Everything here works on plain paths and dicts so
+that it can be tested without Ansible. Alias changes are computed as a plan
+first (``plan_alias``/``plan_absent``) and only ``apply_plan`` touches the
+filesystem, which is what check mode relies on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import glob
+import json
+import os
+import re
+import secrets
+import stat
+import time
+from pathlib import Path
+
+VOLUME_PREFIX = "volume_id_"
+MANIFEST_NAME = ".ttfleet-manifest.json"
+ASIDE_INFIX = ".ttfleet-aside-"
+TEMP_PREFIX = ".ttfleet-tmp-"
+
+# The weight layouts TTIS (workflows/setup_host.py, check_model_weights_dir)
+# accepts as an already completed setup, in its order: weights glob, tokenizer
+# glob, params glob, tokenizer optional. Globs are relative to weights/<model>/.
+WEIGHT_FORMATS = (
+    ("meta", "*.pth", "tokenizer.model", "params.json", False),
+    ("hf", "model*.safetensors", "tokenizer.json", "config.json", False),
+    ("hf_bin", "pytorch_model*.bin", "tokenizer_config.json", "config.json", False),
+    ("diffusers", "**/*.safetensors", "tokenizer.json", "model_index.json", True),
+)
+
+# Sharded checkpoints list every shard in an index; a shard missing from disk
+# means an interrupted download even when the upstream rule above passes.
+SHARD_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+_INDEX_MAX_BYTES = 16 << 20
+_MANIFEST_MAX_BYTES = 1 << 20
+
+_VERSION_RE = re.compile(r"^(\d+)\.(\d+)\.(\d+)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$")
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+_MAX_LINK_HOPS = 40
+
+
+class VolumeError(Exception):
+    """A request that cannot be carried out safely; the message says why and how to fix it."""
+
+
+# ---------------------------------------------------------------------------
+# Names
+
+
+def check_path_text(value, what):
+    """Return ``value`` if it is a usable absolute path string, else raise VolumeError.
+
+    Runs before any filesystem call: NUL and control characters, text that is
+    not valid UTF-8 and relative paths are refused.
+    """
+    if not isinstance(value, str) or not value:
+        raise VolumeError(f"{what} must be a non-empty path, got {value!r}")
+    if _CONTROL_RE.search(value):
+        raise VolumeError(f"{what} {value!r} contains NUL or control characters; pass a plain path")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise VolumeError(f"{what} {value!r} is not valid UTF-8") from None
+    if not os.path.isabs(value):
+        raise VolumeError(f"{what} {value!r} must be an absolute path")
+    return value
+
+
+def _name_is_clean(name):
+    if _CONTROL_RE.search(name):
+        return False
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def volume_name(impl_id, model_name, version):
+    """Host volume directory name run.py uses with ``--host-volume`` (TTIS v0.11.0+)."""
+    return f"{VOLUME_PREFIX}{impl_id}-{model_name}-v{version}"
+
+
+def version_key(text):
+    """Sort key for a model version pin (``0.17.0``), or None for anything else.
+
+    A pre-release sorts below its release.
+    """
+    if not isinstance(text, str):
+        return None
+    match = _VERSION_RE.match(text)
+    if not match:
+        return None
+    major, minor, patch, pre, _build = match.groups()
+    return (int(major), int(minor), int(patch), 0 if pre else 1)
+
+
+def split_suffix(suffix):
+    """Classify what follows ``-v`` in a volume name: ``(version, label)``."""
+    if version_key(suffix) is not None:
+        return suffix, None
+    return None, suffix or None
+
+
+def parse_volume_name(name):
+    """Split ``volume_id_<impl_id>-<model_name>-v<version|label>``.
+
+    impl_ids never contain a hyphen, so the first hyphen ends the impl_id.
+    Model names may contain hyphens, dots and even ``-v`` (``Mistral-7B-Instruct-v0.3``),
+    so the version or build label is what follows the last ``-v``. Returns a dict
+    with impl_id, model_name, version, label (None where absent) and ``parsed``
+    (False when the name does not have that structure). Use ``match_volume_name``
+    when the model name is known: it is exact where this is a best guess.
+    A directory that ``volume_alias`` renamed aside is parsed by its original
+    name, which ``moved_aside_from`` holds (None for every other entry).
+    """
+    base, infix, _stamp = name.partition(ASIDE_INFIX)
+    result = {
+        "impl_id": None,
+        "model_name": None,
+        "version": None,
+        "label": None,
+        "parsed": False,
+        "moved_aside_from": base if infix else None,
+    }
+    if not base.startswith(VOLUME_PREFIX):
+        return result
+    rest = base[len(VOLUME_PREFIX) :]
+    impl_id, sep, tail = rest.partition("-")
+    if not impl_id or not sep or not tail:
+        return result
+    model_name, sep, suffix = tail.rpartition("-v")
+    if not sep:
+        # Docker named volumes carry no version: volume_id_<impl_id>-<model_name>.
+        model_name, suffix = tail, ""
+    if not model_name or model_name in (".", "..") or (sep and not suffix):
+        return result
+    if not sep:
+        result.update(impl_id=impl_id, model_name=model_name, parsed=True)
+        return result
+    version, label = split_suffix(suffix)
+    result.update(impl_id=impl_id, model_name=model_name, version=version, label=label, parsed=True)
+    return result
+
+
+def match_volume_name(name, impl_id, model_name):
+    """Return ``(version, label)`` if ``name`` is a host volume of that impl and model, else None.
+
+    Directories renamed aside by ``volume_alias`` never match: they were replaced on purpose.
+    """
+    prefix = f"{VOLUME_PREFIX}{impl_id}-{model_name}-v"
+    if not name.startswith(prefix) or len(name) == len(prefix) or ASIDE_INFIX in name:
+        return None
+    return split_suffix(name[len(prefix) :])
+
+
+# ---------------------------------------------------------------------------
+# Contents of one volume
+
+
+def _first_match(directory, pattern):
+    # pathlib semantics on purpose: upstream uses Path.glob, which also matches
+    # dot files and does not descend into symlinked directories for "**".
+    try:
+        return next(iter(Path(directory).glob(pattern)), None) is not None
+    except OSError:
+        return False
+
+
+def _missing_shards(weights_dir):
+    missing = set()
+    for index_name in SHARD_INDEXES:
+        index_path = os.path.join(weights_dir, index_name)
+        try:
+            if os.path.getsize(index_path) > _INDEX_MAX_BYTES:
+                continue
+            with open(index_path, "rb") as handle:
+                weight_map = json.load(handle).get("weight_map") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        if not isinstance(weight_map, dict):
+            continue
+        for shard in set(weight_map.values()):
+            if not isinstance(shard, str) or not shard or os.path.isabs(shard) or ".." in shard.split("/"):
+                continue
+            if not os.path.isfile(os.path.join(weights_dir, shard)):
+                missing.add(shard)
+    return sorted(missing)
+
+
+def weights_status(weights_dir):
+    """Describe ``weights/<model_name>/`` of a volume.
+
+    ``complete`` is exactly the upstream rule (some weights file, a tokenizer
+    unless optional, and the params file, for any accepted format), ``format``
+    names the first format that matched, ``missing_shards`` lists shards named
+    by a checkpoint index that are absent, and ``usable`` is complete with no
+    missing shard.
+    """
+    status = {"path": weights_dir, "complete": False, "format": None, "missing_shards": [], "usable": False}
+    if not os.path.isdir(weights_dir):
+        return status
+    for fmt_name, weights_glob, tokenizer_glob, params_glob, tokenizer_optional in WEIGHT_FORMATS:
+        if (
+            _first_match(weights_dir, weights_glob)
+            and (tokenizer_optional or _first_match(weights_dir, tokenizer_glob))
+            and _first_match(weights_dir, params_glob)
+        ):
+            status["complete"] = True
+            status["format"] = fmt_name
+            break
+    if status["complete"]:
+        status["missing_shards"] = _missing_shards(weights_dir)
+        status["usable"] = not status["missing_shards"]
+    return status
+
+
+def tensor_cache_meshes(volume_path, model_name):
+    """Mesh directories under ``tt_metal_cache/cache_<model_name>/`` that hold anything."""
+    cache_dir = os.path.join(volume_path, "tt_metal_cache", f"cache_{model_name}")
+    meshes = []
+    try:
+        entries = list(os.scandir(cache_dir))
+    except OSError:
+        return meshes
+    for entry in entries:
+        try:
+            if not entry.is_dir():
+                continue
+            with os.scandir(entry.path) as inner:
+                if next(inner, None) is not None:
+                    meshes.append(entry.name)
+        except OSError:
+            continue
+    return sorted(meshes)
+
+
+def read_manifest(volume_path):
+    """Presence and content of the completion marker a later role writes."""
+    path = os.path.join(volume_path, MANIFEST_NAME)
+    result = {"path": path, "present": False, "data": None, "error": None}
+    try:
+        st = os.stat(path)
+    except OSError:
+        return result
+    result["present"] = True
+    if not stat.S_ISREG(st.st_mode):
+        result["error"] = "not a regular file"
+    elif st.st_size > _MANIFEST_MAX_BYTES:
+        result["error"] = f"larger than {_MANIFEST_MAX_BYTES} bytes"
+    else:
+        try:
+            with open(path, "rb") as handle:
+                result["data"] = json.load(handle)
+        except (OSError, ValueError) as exc:
+            result["error"] = str(exc)
+    return result
+
+
+def tree_size(path):
+    """du-like totals for a tree, never following symlinks, hard links counted once.
+
+    Returns ``(apparent_bytes, disk_bytes, complete)``; ``complete`` is False
+    when some part could not be read.
+    """
+    apparent = disk = 0
+    complete = True
+    seen = set()
+    try:
+        top = os.lstat(path)
+    except OSError:
+        return 0, 0, False
+    apparent += top.st_size
+    disk += top.st_blocks * 512
+    pending = [path] if stat.S_ISDIR(top.st_mode) else []
+    while pending:
+        current = pending.pop()
+        try:
+            entries = list(os.scandir(current))
+        except OSError:
+            complete = False
+            continue
+        for entry in entries:
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                complete = False
+                continue
+            if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):
+                key = (st.st_dev, st.st_ino)
+                if key in seen:
+                    continue
+                seen.add(key)
+            apparent += st.st_size
+            disk += st.st_blocks * 512
+            if stat.S_ISDIR(st.st_mode):
+                pending.append(entry.path)
+    return apparent, disk, complete
+
+
+def _file_type(mode):
+    if stat.S_ISLNK(mode):
+        return "link"
+    if stat.S_ISDIR(mode):
+        return "directory"
+    if stat.S_ISREG(mode):
+        return "file"
+    return "other"
+
+
+def describe_volume(path, model_name=None, sizes=False):
+    """Everything volume_facts reports about one ``volume_id_*`` entry.
+
+    ``model_name`` overrides the name parsed from the entry (weights and
+    tensor cache directories are named after the model).
+    """
+    name = os.path.basename(path)
+    info = {"name": name, "path": path, "root": os.path.dirname(path)}
+    info.update(parse_volume_name(name))
+    if model_name is not None:
+        info["model_name"] = model_name
+    lst = os.lstat(path)
+    info["type"] = _file_type(lst.st_mode)
+    info["is_link"] = info["type"] == "link"
+    info["link_target"] = os.readlink(path) if info["is_link"] else None
+    info["realpath"] = os.path.realpath(path)
+    try:
+        st = os.stat(path)
+    except OSError:
+        st = None
+    info["exists"] = st is not None and stat.S_ISDIR(st.st_mode)
+    info["uid"] = st.st_uid if st is not None else lst.st_uid
+    info["gid"] = st.st_gid if st is not None else lst.st_gid
+    info["mtime"] = st.st_mtime if st is not None else lst.st_mtime
+    model = info["model_name"]
+    if info["exists"] and model:
+        info["weights"] = weights_status(os.path.join(path, "weights", model))
+        info["tensor_cache_meshes"] = tensor_cache_meshes(path, model)
+    else:
+        info["weights"] = weights_status(os.path.join(path, "weights", model or ""))
+        info["tensor_cache_meshes"] = []
+    info["manifest"] = (
+        read_manifest(path)
+        if info["exists"]
+        else {"path": os.path.join(path, MANIFEST_NAME), "present": False, "data": None, "error": None}
+    )
+    if sizes:
+        if info["exists"]:
+            apparent, disk, complete = tree_size(info["realpath"])
+        else:
+            apparent, disk, complete = 0, 0, False
+        info["size_bytes"] = apparent
+        info["disk_usage_bytes"] = disk
+        info["size_complete"] = complete
+    return info
+
+
+# ---------------------------------------------------------------------------
+# Roots
+
+
+def expand_roots(patterns):
+    """Expand ``~`` and globs; keep existing directories once each (by realpath), in order."""
+    roots = []
+    seen = set()
+    for pattern in patterns:
+        if not pattern:
+            continue
+        expanded = os.path.expanduser(pattern)
+        matches = sorted(glob.glob(expanded)) if glob.has_magic(expanded) else [expanded]
+        for match in matches:
+            match = os.path.normpath(os.path.abspath(match))
+            if not os.path.isdir(match):
+                continue
+            real = os.path.realpath(match)
+            if real in seen:
+                continue
+            seen.add(real)
+            roots.append(match)
+    return roots
+
+
+def scan_root(root, sizes=False):
+    """Describe every ``volume_id_*`` entry directly under ``root``.
+
+    Returns ``(volumes, warnings)``. Entries whose names hold control
+    characters or bytes that are not UTF-8 are skipped with a warning.
+    """
+    volumes = []
+    warnings = []
+    try:
+        names = sorted(os.listdir(root))
+    except FileNotFoundError:
+        return volumes, warnings
+    except OSError as exc:
+        warnings.append(f"cannot list volume root {root}: {exc.strerror or exc}")
+        return volumes, warnings
+    for name in names:
+        if not name.startswith(VOLUME_PREFIX):
+            continue
+        if not _name_is_clean(name):
+            warnings.append(f"skipped an entry under {root} with an unusable name: {name!a}")
+            continue
+        try:
+            volumes.append(describe_volume(os.path.join(root, name), sizes=sizes))
+        except OSError as exc:
+            warnings.append(f"cannot inspect {os.path.join(root, name)}: {exc.strerror or exc}")
+    return volumes, warnings
+
+
+def scan_roots(roots, sizes=False):
+    """``scan_root`` over several roots; returns ``(volumes, warnings)``."""
+    volumes = []
+    warnings = []
+    for root in roots:
+        found, warned = scan_root(root, sizes=sizes)
+        volumes.extend(found)
+        warnings.extend(warned)
+    return volumes, warnings
+
+
+# ---------------------------------------------------------------------------
+# Expected volume and alias candidates
+
+
+def expected_volume(root, derived, volumes=(), sizes=False):
+    """The volume the spec expects under ``root``.
+
+    ``derived`` is the spec resolution: it needs ``impl_id``, ``model_name``
+    and ``version``, and may carry ``volume_name`` and ``mesh``.
+    """
+    root = os.path.normpath(root)
+    name = derived.get("volume_name") or volume_name(derived["impl_id"], derived["model_name"], derived["version"])
+    path = os.path.join(root, name)
+    for volume in volumes:
+        if volume["path"] == path:
+            entry = dict(volume)
+            break
+    else:
+        try:
+            entry = describe_volume(path, model_name=derived["model_name"], sizes=sizes)
+        except FileNotFoundError:
+            entry = {
+                "name": name,
+                "path": path,
+                "root": root,
+                "type": "absent",
+                "is_link": False,
+                "link_target": None,
+                "realpath": None,
+                "exists": False,
+            }
+    entry["is_alias"] = entry["type"] == "link"
+    entry["mesh"] = derived.get("mesh")
+    entry["tensor_cache_for_mesh"] = bool(
+        derived.get("mesh") and derived.get("mesh") in entry.get("tensor_cache_meshes", ())
+    )
+    return entry
+
+
+def _candidate_sort_key(candidate):
+    vkey = version_key(candidate["version"])
+    return (
+        not candidate["tensor_cache_for_mesh"],
+        vkey is None,
+        tuple(-part for part in vkey) if vkey else (),
+        -candidate["mtime"],
+        candidate["is_link"],
+        candidate["path"],
+    )
+
+
+def select_candidates(volumes, derived, expected):
+    """Volumes the expected name could be aliased to, best first.
+
+    A candidate has the expected impl_id and model name (another version, a
+    build label, or the expected name under another root), is a directory or a
+    link to one with usable weights, and is not already what the expected path
+    resolves to. Entries resolving to the same directory count once, the real
+    directory preferred over links to it. Order: tensor cache for the expected
+    mesh first, then versions before build labels and higher versions first,
+    then newest mtime, then real directories before links.
+    """
+    impl_id = derived["impl_id"]
+    model_name = derived["model_name"]
+    mesh = derived.get("mesh")
+    expected_real = expected.get("realpath") if expected.get("exists") else None
+    chosen = {}
+    for volume in volumes:
+        if volume["path"] == expected["path"]:
+            continue
+        matched = match_volume_name(volume["name"], impl_id, model_name)
+        if matched is None or not volume["exists"]:
+            continue
+        candidate = dict(volume)
+        if candidate["model_name"] != model_name:
+            # The generic parse split a label holding "-v" differently.
+            candidate = describe_volume(volume["path"], model_name=model_name, sizes="size_bytes" in volume)
+        candidate["impl_id"] = impl_id
+        candidate["version"], candidate["label"] = matched
+        if not candidate["weights"]["usable"]:
+            continue
+        if expected_real is not None and candidate["realpath"] == expected_real:
+            continue
+        candidate["tensor_cache_for_mesh"] = bool(mesh and mesh in candidate["tensor_cache_meshes"])
+        previous = chosen.get(candidate["realpath"])
+        if previous is None or (previous["is_link"] and not candidate["is_link"]):
+            chosen[candidate["realpath"]] = candidate
+    return sorted(chosen.values(), key=_candidate_sort_key)
+
+
+# ---------------------------------------------------------------------------
+# Aliases
+
+
+def _lstat_kind(path):
+    try:
+        return _file_type(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return "absent"
+    except NotADirectoryError:
+        raise VolumeError(f"a component of {path} is not a directory") from None
+    except OSError as exc:
+        raise VolumeError(f"cannot inspect {path}: {exc.strerror or exc}") from None
+
+
+def _passes_through(path, node):
+    """True if resolving ``path`` visits ``node`` (a path with resolved parents), or loops."""
+    pending = [part for part in path.split("/") if part][::-1]
+    current = "/"
+    hops = 0
+    while pending:
+        part = pending.pop()
+        if part == ".":
+            continue
+        if part == "..":
+            current = os.path.dirname(current)
+            continue
+        candidate = os.path.join(current, part)
+        if candidate == node:
+            return True
+        if os.path.islink(candidate):
+            hops += 1
+            if hops > _MAX_LINK_HOPS:
+                return True
+            target = os.readlink(candidate)
+            if target.startswith("/"):
+                current = "/"
+            pending.extend(part for part in target.split("/")[::-1] if part)
+        else:
+            current = candidate
+    return False
+
+
+def _within(path, root):
+    return path == root or os.path.commonpath([path, root]) == root
+
+
+def _state_text(kind, link_target):
+    if kind == "link":
+        return link_target
+    if kind == "absent":
+        return "absent"
+    return f"<{kind}>"
+
+
+def _aside_name(path, now):
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
+    base = f"{path}{ASIDE_INFIX}{stamp}"
+    candidate = base
+    counter = 1
+    while os.path.lexists(candidate):
+        candidate = f"{base}-{counter}"
+        counter += 1
+    return candidate
+
+
+def _diff(path, before, after):
+    return {"before_header": path, "after_header": path, "before": f"{before}\n", "after": f"{after}\n"}
+
+
+def plan_alias(path, src, force=False, relative=True, allowed_roots=None, now=None):
+    """Compute how to make ``path`` a symlink to the directory ``src``; touches nothing.
+
+    Returns a plan dict for ``apply_plan``: ``action`` is one of none, create,
+    replace, move_aside; plus path, src, target (the link text), previous_state
+    (absent, link, directory, file, other), previous_target, moved_aside, changed
+    and diff. Raises VolumeError for every request that is refused.
+    """
+    check_path_text(path, "path")
+    check_path_text(src, "src")
+    roots = [check_path_text(root, "allowed_roots entry") for root in (allowed_roots or [])]
+    path = os.path.normpath(path)
+    src = os.path.normpath(src)
+    parent = os.path.dirname(path)
+    if not os.path.basename(path):
+        raise VolumeError(f"path {path!r} names no directory entry; give the alias's full path")
+    if not os.path.isdir(parent):
+        raise VolumeError(
+            f"the directory {parent} that should hold alias {path} does not exist; create the volume root first"
+        )
+
+    if not os.path.isdir(src):
+        if os.path.islink(src):
+            problem = "is a dangling symlink"
+        elif os.path.lexists(src):
+            problem = "is not a directory"
+        else:
+            problem = "does not exist"
+        raise VolumeError(f"source {src} for alias {path} {problem}; point src at an existing volume directory")
+    src_real = os.path.realpath(src)
+    if roots:
+        real_roots = [os.path.realpath(root) for root in roots]
+        if not any(_within(src_real, root) for root in real_roots):
+            raise VolumeError(
+                f"source {src} (resolving to {src_real}) is outside allowed_roots {roots}; "
+                "pick a source under one of them or add its root to allowed_roots"
+            )
+
+    parent_real = os.path.realpath(parent)
+    node = os.path.join(parent_real, os.path.basename(path))
+    if _passes_through(src, node):
+        loop = f"{src} resolves through {path}"
+    elif _within(parent_real, src_real):
+        loop = f"{src} contains {path}"
+    else:
+        loop = None
+    if loop:
+        raise VolumeError(
+            f"alias {path} -> {src} would create a loop ({loop}); point src at a volume directory "
+            "that is neither the alias, inside it, nor one of its parents"
+        )
+
+    if relative:
+        src_physical = os.path.join(os.path.realpath(os.path.dirname(src)), os.path.basename(src))
+        target = os.path.relpath(src_physical, parent_real)
+    else:
+        target = src
+
+    kind = _lstat_kind(path)
+    previous_target = os.readlink(path) if kind == "link" else None
+    moved_aside = None
+    if kind == "absent":
+        action = "create"
+    elif kind == "link":
+        action = "none" if previous_target == target else "replace"
+    elif not force:
+        raise VolumeError(
+            f"{path} is a real {kind}, not a symlink; refusing to replace it with an alias to {src}. "
+            f"Move {path} away yourself, or set force: true to rename it aside "
+            f"(to {path}{ASIDE_INFIX}<UTC timestamp>) before linking"
+        )
+    else:
+        action = "move_aside"
+        moved_aside = _aside_name(path, time.time() if now is None else now)
+
+    return {
+        "state": "present",
+        "path": path,
+        "src": src,
+        "target": target,
+        "action": action,
+        "changed": action != "none",
+        "previous_state": kind,
+        "previous_target": previous_target,
+        "moved_aside": moved_aside,
+        "diff": _diff(path, _state_text(kind, previous_target), target),
+    }
+
+
+def plan_absent(path):
+    """Compute how to remove the alias ``path``; only symlinks are ever removed."""
+    check_path_text(path, "path")
+    path = os.path.normpath(path)
+    kind = _lstat_kind(path)
+    if kind not in ("absent", "link"):
+        raise VolumeError(
+            f"{path} is a real {kind}, not a symlink; state: absent removes only aliases and "
+            "left it untouched. Remove or move it yourself if it is no longer needed"
+        )
+    previous_target = os.readlink(path) if kind == "link" else None
+    action = "remove" if kind == "link" else "none"
+    return {
+        "state": "absent",
+        "path": path,
+        "src": None,
+        "target": None,
+        "action": action,
+        "changed": action != "none",
+        "previous_state": kind,
+        "previous_target": previous_target,
+        "moved_aside": None,
+        "diff": _diff(path, _state_text(kind, previous_target), "absent"),
+    }
+
+
+def _fsync_dir(directory):
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        with contextlib.suppress(OSError):
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _replace_with_symlink(target, path):
+    parent = os.path.dirname(path)
+    for _attempt in range(100):
+        temp = os.path.join(parent, f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}")
+        try:
+            os.symlink(target, temp)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise VolumeError(f"cannot create a temporary link in {parent}")
+    try:
+        kind = _lstat_kind(path)
+        if kind not in ("absent", "link"):
+            raise VolumeError(f"{path} became a real {kind} while linking; nothing was replaced")
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+
+
+def apply_plan(plan):
+    """Carry out a plan from ``plan_alias``/``plan_absent``; re-checks the state it relies on."""
+    action = plan["action"]
+    path = plan["path"]
+    if action == "none":
+        return plan
+    kind = _lstat_kind(path)
+    if kind != plan["previous_state"]:
+        raise VolumeError(f"{path} changed while planning (was {plan['previous_state']}, now {kind}); run again")
+    try:
+        if action == "remove":
+            os.unlink(path)
+        else:
+            if action == "move_aside":
+                if os.path.lexists(plan["moved_aside"]):
+                    raise VolumeError(f"{plan['moved_aside']} appeared while planning; run again")
+                os.rename(path, plan["moved_aside"])
+            _replace_with_symlink(plan["target"], path)
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            raise VolumeError(f"a name derived from {path} is too long for the filesystem") from None
+        raise VolumeError(f"cannot {action.replace('_', ' ')} {path}: {exc.strerror or exc}") from None
+    _fsync_dir(os.path.dirname(path))
+    return plan
