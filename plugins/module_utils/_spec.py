@@ -134,6 +134,19 @@ json.dump(
 """
 
 
+# Module options of the doc fragment ttfleet.inference.spec_source, shared by every module that
+# resolves a spec (model_spec, volume_facts); the fragment documents exactly these.
+SPEC_SOURCE_OPTIONS = {
+    "model": {"type": "str"},
+    "device": {"type": "str"},
+    "impl": {"type": "str"},
+    "engine": {"type": "str", "choices": ["vllm", "media", "forge"]},
+    "tt_inference_server_dir": {"type": "path"},
+    "spec_file": {"type": "path"},
+    "python": {"type": "path"},
+}
+
+
 class SpecError(Exception):
     """A spec source or a selection that cannot be used; the message says why and how to fix it."""
 

@@ -379,6 +379,7 @@ uses_tensor_model_cache:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
+    SPEC_SOURCE_OPTIONS,
     SpecError,
     list_models,
     load_catalog,
@@ -390,13 +391,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
 def main():
     module = AnsibleModule(
         argument_spec={
-            "model": {"type": "str"},
-            "device": {"type": "str"},
-            "impl": {"type": "str"},
-            "engine": {"type": "str", "choices": ["vllm", "media", "forge"]},
-            "tt_inference_server_dir": {"type": "path"},
-            "spec_file": {"type": "path"},
-            "python": {"type": "path"},
+            **SPEC_SOURCE_OPTIONS,
             "volume_root": {"type": "path"},
             "list": {"type": "bool", "default": False},
         },

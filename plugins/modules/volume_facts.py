@@ -265,6 +265,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
+    SPEC_SOURCE_OPTIONS,
     SpecError,
     load_catalog,
     resolve,
@@ -285,13 +286,7 @@ def main():
             root=dict(type="path", required=True),
             search_roots=dict(type="list", elements="path", default=[]),
             sizes=dict(type="bool", default=False),
-            model=dict(type="str"),
-            device=dict(type="str"),
-            impl=dict(type="str"),
-            engine=dict(type="str", choices=["vllm", "media", "forge"]),
-            tt_inference_server_dir=dict(type="path"),
-            spec_file=dict(type="path"),
-            python=dict(type="path"),
+            **SPEC_SOURCE_OPTIONS,
         ),
         required_together=[("model", "device")],
         mutually_exclusive=[("tt_inference_server_dir", "spec_file")],

@@ -43,7 +43,7 @@ ensure_venv() {
   log "creating .venv with $py and the pinned tools"
   rm -rf .venv
   "$py" -m venv .venv
-  .venv/bin/pip install -q --upgrade pip 2>&1 | grep -v 'is ignored' || true
+  .venv/bin/pip install -q "$(grep -m1 '^pip==' requirements.txt)" 2>&1 | grep -v 'is ignored' || true
   .venv/bin/pip install -q -r requirements.txt 2>&1 | grep -v 'is ignored' || true
   .venv/bin/python -c 'import ansible, molecule, pytest, docker' || { log "tool install failed"; exit 1; }
   echo "$want" >"$stamp"
