@@ -36,18 +36,21 @@ options:
       - The checkout's own C(workflows/model_spec.py) is imported with O(python). When that fails (no PyYAML,
         Python older than 3.10, import error), its C(release_model_spec.json) and then the flat
         C(model_specs_output.json) of releases before v0.11 are read instead, with a warning.
-      - Mutually exclusive with O(spec_file); one of them is required.
+      - Mutually exclusive with O(spec_file). When neither is set, V(/opt/tt-inference-server/current) is read, the
+        current release that the P(ttfleet.inference.inference_server#role) role installs.
     type: path
   spec_file:
     description:
       - A spec export on the target host, either C(release_model_spec.json) (v0.11 and later) or the flat
         C(model_specs_output.json) of older releases. Gzip-compressed files are read too.
-      - Mutually exclusive with O(tt_inference_server_dir); one of them is required.
+      - Mutually exclusive with O(tt_inference_server_dir).
     type: path
   python:
     description:
-      - Python interpreter used to import the checkout's code when O(tt_inference_server_dir) is set. It needs
+      - Python interpreter used to import the checkout's code when a checkout is read. It needs
         Python 3.10 or later and PyYAML.
-      - Defaults to the interpreter that runs the module.
+      - Defaults to the release's own venv when the checkout is one that the P(ttfleet.inference.inference_server#role)
+        role installed (its real path is C(<root>/releases/<tag>) and C(<root>/venvs/<tag>/bin/python) exists), else to
+        the interpreter that runs the module.
     type: path
 """

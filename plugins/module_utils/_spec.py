@@ -70,6 +70,10 @@ _VERSION_PREFIX = re.compile(r"^(\d+(?:\.\d+){1,2})")
 _VLLM_RELEASE_REPO = "ghcr.io/tenstorrent/tt-inference-server/vllm-tt-metal-src-release-ubuntu-22.04-amd64"
 _IMPORT_TIMEOUT = 120
 
+# The release the ttfleet.inference.inference_server role made current: <root>/current links to
+# <root>/releases/<tag>, whose venv (Python >= 3.10 with PyYAML) is <root>/venvs/<tag>.
+DEFAULT_CHECKOUT = "/opt/tt-inference-server/current"
+
 # Runs inside the TTIS checkout with the chosen interpreter. It imports the checkout's own
 # catalog and prints it in the release_model_spec.json shape; stdout is kept for the JSON only.
 _EXPORT_PROGRAM = r"""
@@ -438,10 +442,39 @@ def export_from_checkout(checkout, python=None, timeout=_IMPORT_TIMEOUT):
     return catalog
 
 
+def release_python(checkout):
+    """Interpreter of the venv the inference_server role made for a release checkout, else None.
+
+    The role installs ``<root>/releases/<tag>`` with its venv in ``<root>/venvs/<tag>``; the checkout
+    is recognised by its real path (through ``<root>/current`` too).
+    """
+    real = os.path.realpath(checkout)
+    releases = os.path.dirname(real)
+    if os.path.basename(releases) != "releases":
+        return None
+    candidate = os.path.join(os.path.dirname(releases), "venvs", os.path.basename(real), "bin", "python")
+    return candidate if os.path.isfile(candidate) and os.access(candidate, os.X_OK) else None
+
+
+def default_checkout(tt_inference_server_dir=None, spec_file=None):
+    """The checkout to read: the one given, none with a spec file, else the role's current release."""
+    if tt_inference_server_dir or spec_file:
+        return tt_inference_server_dir
+    default = DEFAULT_CHECKOUT
+    if not os.path.isdir(default):
+        raise SpecError(
+            f"Neither tt_inference_server_dir nor spec_file is set, and {default} (the current release that the "
+            "ttfleet.inference.inference_server role installs) does not exist. Install a release with that role, "
+            "or set tt_inference_server_dir or spec_file."
+        )
+    return default
+
+
 def load_checkout(checkout, python=None, timeout=_IMPORT_TIMEOUT):
     """Catalog of a TTIS checkout: its own code first, then its exported JSON files.
 
-    Order: import ``workflows.model_spec`` (needs Python >= 3.10 and PyYAML in ``python``), then
+    Order: import ``workflows.model_spec`` (needs Python >= 3.10 and PyYAML in ``python``, by default
+    the release's own venv when the inference_server role made one, see ``release_python``), then
     ``release_model_spec.json`` (v0.11+), then the flat ``model_specs_output.json`` (< v0.11).
     The catalog's ``source`` names the one used and ``warnings`` say why earlier ones were skipped.
     """
@@ -454,7 +487,7 @@ def load_checkout(checkout, python=None, timeout=_IMPORT_TIMEOUT):
     reasons = []
     if os.path.isfile(os.path.join(checkout, "workflows", "model_spec.py")):
         try:
-            return export_from_checkout(checkout, python=python, timeout=timeout)
+            return export_from_checkout(checkout, python=python or release_python(checkout), timeout=timeout)
         except SpecError as exc:
             reasons.append(str(exc))
     else:

@@ -9,7 +9,8 @@ module: model_spec
 short_description: Resolve a tt-inference-server model spec and the names and paths derived from it
 version_added: 0.1.0
 description:
-  - Reads the model specs of a tt-inference-server (TTIS) release, from a checkout or from a spec export, and selects
+  - Reads the model specs of a tt-inference-server (TTIS) release, from a checkout (by default the current release that
+    the P(ttfleet.inference.inference_server#role) role installs) or from a spec export, and selects
     one spec for O(model) and O(device) exactly as C(run.py --model --tt-device [--impl] [--engine]) does. The
     implementation marked as default wins; without one, O(impl) or O(engine) is required.
   - Returns what TTIS derives from that spec, without running C(run.py) (which writes secrets to C(.env), changes
@@ -52,11 +53,10 @@ author:
 
 EXAMPLES = r"""
 ---
-- name: Resolve Qwen3-32B on a QuietBox 2 (p300x2) from the installed checkout
+- name: Resolve Qwen3-32B on a QuietBox 2 (p300x2) from the current release (/opt/tt-inference-server/current)
   ttfleet.inference.model_spec:
     model: Qwen3-32B
     device: p300x2
-    tt_inference_server_dir: /opt/tt-inference-server
     volume_root: /home/tt/data/tt-cache
   register: __qb2_spec
   # With TTIS v0.20.0: volume_name is volume_id_tt_transformers-Qwen3-32B-v0.17.0 and
@@ -76,12 +76,12 @@ EXAMPLES = r"""
     spec_file: /opt/specs/release_model_spec-v0.20.0.json
   register: __galaxy_spec
 
-- name: Import the checkout's code with a Python that has PyYAML
+- name: Import the code of a checkout made by hand with a Python that has PyYAML
   ttfleet.inference.model_spec:
     model: Llama-3.1-8B-Instruct
     device: n150
-    tt_inference_server_dir: /opt/tt-inference-server
-    python: /opt/tt-inference-server/.venv/bin/python
+    tt_inference_server_dir: /home/tt/tt-inference-server
+    python: /home/tt/tt-inference-server/.venv/bin/python
   register: __n150_spec
 
 - name: Pick an implementation explicitly when the model has no default on the device
@@ -89,13 +89,11 @@ EXAMPLES = r"""
     model: Llama-3.2-3B
     device: n150
     impl: forge-vllm-plugin
-    tt_inference_server_dir: /opt/tt-inference-server
 
 - name: List every model servable on a QuietBox 2
   ttfleet.inference.model_spec:
     device: p300x2
     list: true
-    tt_inference_server_dir: /opt/tt-inference-server
   register: __qb2_models
 """
 
@@ -112,7 +110,7 @@ spec_path:
   description: File the specs were read from (C(workflows/model_spec.py) for the code path).
   returned: always
   type: str
-  sample: /opt/tt-inference-server/workflows/model_spec.py
+  sample: /opt/tt-inference-server/current/workflows/model_spec.py
 release_version:
   description: TTIS release of the specs, V(null) when a spec file does not say.
   returned: always
@@ -381,6 +379,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
     SPEC_SOURCE_OPTIONS,
     SpecError,
+    default_checkout,
     list_models,
     load_catalog,
     resolve,
@@ -396,7 +395,6 @@ def main():
             "list": {"type": "bool", "default": False},
         },
         mutually_exclusive=[("tt_inference_server_dir", "spec_file")],
-        required_one_of=[("tt_inference_server_dir", "spec_file")],
         required_if=[("list", False, ("model", "device"))],
         supports_check_mode=True,
     )
@@ -410,7 +408,7 @@ def main():
             volume_root=params["volume_root"],
         )
         catalog = load_catalog(
-            tt_inference_server_dir=params["tt_inference_server_dir"],
+            tt_inference_server_dir=default_checkout(params["tt_inference_server_dir"], params["spec_file"]),
             spec_file=params["spec_file"],
             python=params["python"],
         )

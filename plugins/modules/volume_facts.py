@@ -18,7 +18,7 @@ description:
     C(params.json), or C(pytorch_model*.bin) + C(tokenizer_config.json) + C(config.json), or C(**/*.safetensors) +
     C(model_index.json) (diffusers, tokenizer optional). Shards named by a checkpoint index but missing on disk are
     reported as well.
-  - Given O(model) and O(device) (plus a spec source), also reports the volume the model spec expects under O(root)
+  - Given O(model) and O(device), also reports the volume the model spec expects under O(root)
     and the volumes it could be aliased to with M(ttfleet.inference.volume_alias), best first.
   - Entries whose names hold control characters or bytes that are not UTF-8, and roots that cannot be listed, are
     skipped with a warning.
@@ -51,7 +51,8 @@ options:
     default: false
 notes:
   - The spec source options O(tt_inference_server_dir), O(spec_file) and O(python) are only used when O(model) is set;
-    one of the first two is then required.
+    without the first two, the current release that the P(ttfleet.inference.inference_server#role) role installs is
+    read.
 seealso:
   - module: ttfleet.inference.volume_alias
   - module: ttfleet.inference.model_spec
@@ -267,6 +268,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
     SPEC_SOURCE_OPTIONS,
     SpecError,
+    default_checkout,
     load_catalog,
     resolve,
 )
@@ -298,13 +300,8 @@ def main():
         roots = expand_roots([root, *params["search_roots"]])
         derived = None
         if params["model"]:
-            if not (params["tt_inference_server_dir"] or params["spec_file"]):
-                module.fail_json(
-                    msg="model is set, so a spec source is needed: set tt_inference_server_dir (a tt-inference-server "
-                    "checkout) or spec_file (a release_model_spec.json), or drop model and device to only list volumes"
-                )
             catalog = load_catalog(
-                tt_inference_server_dir=params["tt_inference_server_dir"],
+                tt_inference_server_dir=default_checkout(params["tt_inference_server_dir"], params["spec_file"]),
                 spec_file=params["spec_file"],
                 python=params["python"],
             )

@@ -9,9 +9,9 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 suite=bookworm
 mirror=${TTFLEET_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-# What later roles need on a host: python for modules, git/venv for tt-inference-server,
+# What later roles need on a host (as Ubuntu/Debian servers ship it): python and python3-apt for modules, git/venv for tt-inference-server,
 # rsync/curl for weights, iproute2/procps for diagnostics.
-packages=systemd,systemd-sysv,dbus,python3,python-is-python3,python3-venv,python3-yaml,sudo,iproute2,procps,git,rsync,curl,ca-certificates,util-linux
+packages=systemd,systemd-sysv,dbus,python3,python-is-python3,python3-apt,python3-venv,python3-yaml,sudo,iproute2,procps,git,rsync,curl,ca-certificates,util-linux
 recipe_hash=$( { cat "$0" "$here/files/tt-smi"; echo "$suite $packages"; } | sha256sum | cut -c1-12)
 tag="ttfleet-lab/debian:${suite}-${recipe_hash}"
 
@@ -47,6 +47,8 @@ echo "ttfleet-lab" >"$rootfs/etc/hostname"
 # Hardware stand-in for the lab only: prints the snapshot each lab host was given.
 install -m 0755 "$here/files/tt-smi" "$rootfs/usr/local/bin/tt-smi"
 rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+# Like any installed system that has never run `apt-get update`: an index that is old, not fresh.
+touch -d @0 "$rootfs"/var/lib/apt/lists
 
 log "docker import -> $tag"
 tar -C "$rootfs" -c . | docker import -c 'CMD ["/lib/systemd/systemd"]' - "$tag" >/dev/null

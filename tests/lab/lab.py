@@ -10,8 +10,10 @@ one. `up` writes inventories/lab/hosts.yml with one group per device type.
     tests/lab/lab.py down                            remove every lab host and the inventory
     tests/lab/lab.py status                          list lab hosts
     tests/lab/lab.py provision NAME=DEVICE ...       add the stand-ins to running containers
+    tests/lab/lab.py fault NAME --device D [--boards D2] [--firmware V] [--kmd V] [--no-hugepages] [--reset]
 """
 import argparse
+import glob
 import json
 import os
 import subprocess
@@ -41,7 +43,7 @@ DEVICES = {
 }
 DEFAULT_HOSTS = "n150,p150x4,p300x2"
 FW_BUNDLE = {"Wormhole": "80.17.0.0", "Blackhole": "19.6.0.0"}
-KMD_VERSION = "2.4.1"
+KMD_VERSION = "2.6.0"
 TT_MAJOR = 240  # any free char major: the lab has no driver, only the nodes matter
 
 
@@ -134,21 +136,41 @@ def start_host(name, device, image):
     docker(
         "run", "-d", "--name", name, "--hostname", name, "--network", NETWORK,
         "--label", LABEL, "--label", f"ttfleet.lab.device={device}",
-        "--cap-add", "SYS_ADMIN", "--security-opt", "seccomp=unconfined", "--cgroupns=host",
+        "--cap-add", "SYS_ADMIN", "--cap-add", "NET_ADMIN", "--security-opt", "seccomp=unconfined", "--cgroupns=host",
         "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", "--tmpfs", "/run", "--tmpfs", "/run/lock",
         "--tmpfs", "/tmp", "--stop-signal", "SIGRTMIN+3", image, "/lib/systemd/systemd",
     )
 
 
-def provision(name, device):
-    wait_for_systemd(name)
-    docker("exec", "-i", name, "sh", "-s", stdin=provision_script(device))
+def trust_host_cas(name):
+    """Give the host's extra CA certificates (and pip's cert setting) to the container.
+
+    Where the machine reaches PyPI and Debian's mirror through a TLS-inspecting proxy, lab hosts
+    need the same trust anchors as the machine itself to install anything.
+    """
+    extra = sorted(glob.glob("/usr/local/share/ca-certificates/*.crt"))
+    for cert in extra:
+        docker("cp", cert, f"{name}:/usr/local/share/ca-certificates/{os.path.basename(cert)}")
+    if extra:
+        docker("exec", name, "update-ca-certificates", "--fresh")
+    if os.path.isfile("/etc/pip.conf"):
+        docker("cp", "/etc/pip.conf", f"{name}:/etc/pip.conf")
+
+
+def write_snapshot(name, data):
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
-        json.dump(snapshot(device, name), handle, indent=2)
+        json.dump(data, handle, indent=2)
     try:
         docker("cp", handle.name, f"{name}:/etc/ttfleet-lab/tt-smi-snapshot.json")
     finally:
         os.unlink(handle.name)
+
+
+def provision(name, device):
+    wait_for_systemd(name)
+    trust_host_cas(name)
+    docker("exec", "-i", name, "sh", "-s", stdin=provision_script(device))
+    write_snapshot(name, snapshot(device, name))
 
 
 def write_inventory(hosts):
@@ -232,6 +254,28 @@ def cmd_provision(args):
         log(f"{name}: provisioned as {device}")
 
 
+def cmd_fault(args):
+    """Make a host report faults: other boards, old firmware, no hugepages mount; --reset undoes them."""
+    device = args.device
+    if device not in DEVICES:
+        raise SystemExit(f"--device must be the host's real device type, one of {', '.join(DEVICES)}")
+    if args.reset:
+        provision(args.name, device)
+        log(f"{args.name}: faults cleared")
+        return
+    data = snapshot(args.boards or device, args.name)
+    if args.firmware:
+        for board in data["device_info"]:
+            board["firmwares"]["fw_bundle_version"] = args.firmware
+    if args.kmd:
+        data["host_info"]["Driver"] = f"TT-KMD {args.kmd}"
+    write_snapshot(args.name, data)
+    if args.no_hugepages:
+        docker("exec", args.name, "sh", "-c", "! findmnt /dev/hugepages-1G >/dev/null || umount /dev/hugepages-1G")
+    log(f"{args.name}: faults set (boards {args.boards or device}, firmware {args.firmware or 'as shipped'}, "
+        f"kmd {args.kmd or 'as shipped'}, hugepages {'unmounted' if args.no_hugepages else 'mounted'})")
+
+
 def cmd_status(_args):
     for name, info in sorted(lab_containers().items()):
         print(f"{name}\t{info['device']}\t{info['state']}")
@@ -249,6 +293,15 @@ def main():
     prov = sub.add_parser("provision", help="add the hardware stand-ins to running containers")
     prov.add_argument("containers", nargs="+", metavar="NAME=DEVICE")
     prov.set_defaults(func=cmd_provision)
+    fault = sub.add_parser("fault", help="make a host report wrong boards, old firmware or no hugepages")
+    fault.add_argument("name")
+    fault.add_argument("--device", required=True, help="the host's real device type")
+    fault.add_argument("--boards", choices=sorted(DEVICES), help="report the boards of this device type instead")
+    fault.add_argument("--firmware", help="report this firmware bundle version on every board")
+    fault.add_argument("--kmd", help="report this KMD version")
+    fault.add_argument("--no-hugepages", action="store_true", help="unmount /dev/hugepages-1G")
+    fault.add_argument("--reset", action="store_true", help="back to the real device's snapshot and mounts")
+    fault.set_defaults(func=cmd_fault)
     args = parser.parse_args()
     args.func(args)
 

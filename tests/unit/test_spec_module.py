@@ -315,3 +315,76 @@ def test_filters_on_a_model_spec_result():
 def test_filter_errors(call, message):
     with pytest.raises(AnsibleFilterError, match=message):
         call()
+
+
+# --- default source: the inference_server role's current release -------------------------------
+
+
+def make_role_layout(tmp_path, with_venv=True):
+    """<root>/releases/v0.20.0 (a stand-in checkout), venvs/v0.20.0 and current, laid out as the role does."""
+    root = tmp_path / "opt-tt-inference-server"
+    make_stand_in_checkout(root / "releases" / "v0.20.0", with_release_file=True)
+    if with_venv:
+        bin_dir = root / "venvs" / "v0.20.0" / "bin"
+        bin_dir.mkdir(parents=True)
+        (bin_dir / "python").symlink_to(sys.executable)
+    (root / "current").symlink_to("releases/v0.20.0")
+    return root
+
+
+def test_release_python_is_the_release_venv(tmp_path):
+    root = make_role_layout(tmp_path)
+    venv_python = str(root / "venvs" / "v0.20.0" / "bin" / "python")
+    assert spec_utils.release_python(str(root / "current")) == venv_python
+    assert spec_utils.release_python(str(root / "releases" / "v0.20.0")) == venv_python
+    catalog = spec_utils.load_checkout(str(root / "current"))
+    assert (catalog["source"], catalog["python"]) == ("checkout_code", venv_python)
+
+
+def test_release_python_absent_outside_the_role_layout(tmp_path):
+    assert spec_utils.release_python(make_stand_in_checkout(tmp_path / "checkout")) is None
+    root = make_role_layout(tmp_path / "novenv", with_venv=False)
+    assert spec_utils.release_python(str(root / "current")) is None
+    # Without the venv the module's own interpreter imports the code.
+    assert spec_utils.load_checkout(str(root / "current"))["python"] == sys.executable
+
+
+def test_default_checkout():
+    assert spec_utils.default_checkout("/srv/ttis", None) == "/srv/ttis"
+    assert spec_utils.default_checkout(None, "/srv/spec.json") is None
+
+
+def test_module_reads_the_current_release_by_default(capsys, tmp_path, monkeypatch):
+    root = make_role_layout(tmp_path)
+    monkeypatch.setattr(spec_utils, "DEFAULT_CHECKOUT", str(root / "current"))
+    code, result = run_module(capsys, {"model": "Tiny-1B", "device": "p300x2"})
+    assert code == 0
+    assert result["spec_source"] == "checkout_code"
+    assert result["spec_path"] == str(root / "current" / "workflows" / "model_spec.py")
+    assert result["volume_name"] == "volume_id_tt_transformers-Tiny-1B-v0.17.0"
+
+
+def test_module_default_falls_back_to_the_release_file(capsys, tmp_path, monkeypatch):
+    root = make_role_layout(tmp_path)
+    (root / "releases" / "v0.20.0" / "workflows" / "model_spec.py").unlink()
+    monkeypatch.setattr(spec_utils, "DEFAULT_CHECKOUT", str(root / "current"))
+    code, result = run_module(capsys, {"model": "Qwen3-32B", "device": "p300x2"})
+    assert code == 0
+    assert (result["spec_source"], result["release_version"]) == ("release_model_spec.json", "0.20.0")
+    assert result["volume_name"] == "volume_id_tt_transformers-Qwen3-32B-v0.17.0"
+
+
+def test_module_without_source_or_current_release(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(spec_utils, "DEFAULT_CHECKOUT", str(tmp_path / "missing" / "current"))
+    code, result = run_module(capsys, {"model": "Qwen3-32B", "device": "p300x2"})
+    assert code == 1
+    assert "Neither tt_inference_server_dir nor spec_file is set" in result["msg"]
+    assert "ttfleet.inference.inference_server" in result["msg"]
+
+
+def test_module_sources_stay_mutually_exclusive(capsys, tmp_path):
+    code, result = run_module(
+        capsys, {"model": "Qwen3-32B", "device": "p300x2", "spec_file": V20, "tt_inference_server_dir": str(tmp_path)}
+    )
+    assert code == 1
+    assert "mutually exclusive" in result["msg"]

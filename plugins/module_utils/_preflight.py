@@ -1,0 +1,563 @@
+# Copyright (c) ttfleet.inference contributors
+# SPDX-License-Identifier: Apache-2.0
+"""Preflight checks of a Tenstorrent host against the models it should serve.
+
+Private to the collection. Standard library only. Works on the ``tt`` facts of ``tt_facts`` and
+on spec resolutions of ``_spec.resolve``; only ``model_summaries`` looks at the filesystem (to find
+weights that are already complete). Every finding names the host, the model, the requirement,
+the measured value and the fix.
+
+The version specifiers of ``system_requirements`` (``>=19.2.0``) are PEP 440 specifiers, which
+tt-inference-server checks with ``packaging``. Target hosts may lack that package, so a small
+evaluator of the same rules lives here.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections import namedtuple
+
+from ansible_collections.ttfleet.inference.plugins.module_utils._spec import resolve
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import (
+    check_path_text,
+    expand_roots,
+    expected_volume,
+    scan_roots,
+    select_candidates,
+)
+
+CHECK_NAMES = ("device_type", "hugepages", "hugepages_pages", "docker", "disk", "ram", "firmware", "kmd")
+LEVELS = ("fail", "warn", "skip")
+DEFAULT_LEVELS = {name: "fail" for name in CHECK_NAMES}
+# Lab and cloud kernels often reserve no 1 GiB pages although the mount exists; the containers
+# still start, tt-metal then falls back, so a low count is worth a warning only.
+DEFAULT_LEVELS["hugepages_pages"] = "warn"
+HUGEPAGES_PER_DEVICE = 4
+HUGEPAGES_MOUNT = "/dev/hugepages-1G"
+DEFAULT_DISK_MARGIN_GB = 10
+# tt-inference-server's VersionMode: STRICT refuses to start, SUGGESTED only warns.
+SUGGESTED = "SUGGESTED"
+
+
+class PreflightError(Exception):
+    """Inputs that make the preflight impossible; the message says which and how to fix them."""
+
+
+class SpecifierError(ValueError):
+    """A version specifier that is not PEP 440."""
+
+
+# ---------------------------------------------------------------------------
+# PEP 440 versions and specifiers
+
+Version = namedtuple("Version", "text release pre post dev")
+
+_VERSION_RE = re.compile(
+    r"""^\s*v?
+    (?P<release>\d+(?:\.\d+)*)
+    (?:[-_.]?(?P<pre_l>alpha|a|beta|b|c|rc|preview|pre)[-_.]?(?P<pre_n>\d+)?)?
+    (?:-(?P<post_n1>\d+)|[-_.]?(?P<post_l>post|rev|r)[-_.]?(?P<post_n2>\d+)?)?
+    (?:[-_.]?(?P<dev_l>dev)[-_.]?(?P<dev_n>\d+)?)?
+    (?:\+[a-z0-9]+(?:[-_.][a-z0-9]+)*)?
+    \s*$""",
+    re.VERBOSE | re.IGNORECASE,
+)
+_PRE_RANK = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "c": 2, "rc": 2, "pre": 2, "preview": 2}
+_CLAUSE_RE = re.compile(r"^(~=|===|==|!=|<=|>=|<|>)\s*(\S+)$")
+
+
+def parse_version(text):
+    """A PEP 440 version (``80.17.0.0``, ``2.4.1``, ``2.5.0rc1``, ``v1.2``) or None."""
+    if not isinstance(text, str):
+        return None
+    match = _VERSION_RE.match(text)
+    if not match:
+        return None
+    groups = match.groupdict()
+    pre = (_PRE_RANK[groups["pre_l"].lower()], int(groups["pre_n"] or 0)) if groups["pre_l"] else None
+    if groups["post_n1"] is not None:
+        post = int(groups["post_n1"])
+    elif groups["post_l"]:
+        post = int(groups["post_n2"] or 0)
+    else:
+        post = None
+    dev = int(groups["dev_n"] or 0) if groups["dev_l"] else None
+    release = tuple(int(part) for part in groups["release"].split("."))
+    return Version(text.strip(), release, pre, post, dev)
+
+
+def is_prerelease(version):
+    return version.pre is not None or version.dev is not None
+
+
+def _strip_zeros(release):
+    release = list(release)
+    while len(release) > 1 and release[-1] == 0:
+        release.pop()
+    return tuple(release)
+
+
+def version_key(version):
+    """Total order of PEP 440: ``1.0.dev0 < 1.0a1 < 1.0 == 1.0.0 < 1.0.post1``."""
+    if version.pre is None and version.post is None and version.dev is not None:
+        pre = (-1, 0)
+    elif version.pre is None:
+        pre = (3, 0)
+    else:
+        pre = version.pre
+    post = -1 if version.post is None else version.post
+    dev = (1, 0) if version.dev is None else (0, version.dev)
+    return (_strip_zeros(version.release), pre, post, dev)
+
+
+def _padded(release, length):
+    return tuple(release[:length]) + (0,) * (length - len(release))
+
+
+def parse_specifier(specifier):
+    """Clauses ``(operator, Version, wildcard)`` of a comma separated specifier; raises SpecifierError."""
+    if specifier is None:
+        return []
+    if not isinstance(specifier, str):
+        raise SpecifierError(f"version specifier {specifier!r} is not a string")
+    clauses = []
+    for part in specifier.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        match = _CLAUSE_RE.match(part)
+        if not match:
+            raise SpecifierError(f"{part!r} in {specifier!r} is not a version clause such as >=19.2.0")
+        operator, text = match.groups()
+        wildcard = text.endswith(".*")
+        if wildcard:
+            if operator not in ("==", "!="):
+                raise SpecifierError(f"{part!r}: only == and != take a trailing .*")
+            text = text[:-2]
+        version = parse_version(text)
+        if operator != "===" and version is None:
+            raise SpecifierError(f"{part!r} in {specifier!r} has no valid version")
+        if operator == "~=" and len(version.release) < 2:
+            raise SpecifierError(f"{part!r}: ~= needs at least two release numbers (~=2.4)")
+        clauses.append((operator, version if version else Version(text, (), None, None, None), wildcard))
+    return clauses
+
+
+def _clause_holds(operator, wanted, wildcard, measured):
+    if operator == "===":
+        return measured.text.lower() == wanted.text.lower()
+    if wildcard:
+        prefix = wanted.release
+        same = _padded(measured.release, len(prefix)) == prefix
+        return same if operator == "==" else not same
+    have, want = version_key(measured), version_key(wanted)
+    if operator == "~=":
+        prefix = wanted.release[:-1]
+        return have >= want and _padded(measured.release, len(prefix)) == prefix
+    return {
+        "==": have == want,
+        "!=": have != want,
+        "<=": have <= want,
+        ">=": have >= want,
+        "<": have < want,
+        ">": have > want,
+    }[operator]
+
+
+def check_specifier(version_text, specifier):
+    """``(ok, reason)``: whether a version satisfies a specifier (all clauses, as ``packaging`` does).
+
+    As in ``packaging``, a pre-release only satisfies a specifier that itself names a pre-release.
+    Raises SpecifierError for a malformed specifier.
+    """
+    clauses = parse_specifier(specifier)
+    measured = parse_version(version_text)
+    if measured is None:
+        return False, f"{version_text!r} is not a version"
+    if is_prerelease(measured) and not any(is_prerelease(wanted) for _op, wanted, _w in clauses if wanted.release):
+        return False, f"{measured.text} is a pre-release, which {specifier} does not admit"
+    for operator, wanted, wildcard in clauses:
+        if not _clause_holds(operator, wanted, wildcard, measured):
+            suffix = ".*" if wildcard else ""
+            return False, f"{measured.text} is not {operator}{wanted.text}{suffix}"
+    return True, None
+
+
+def satisfies(version_text, specifier):
+    return check_specifier(version_text, specifier)[0]
+
+
+# ---------------------------------------------------------------------------
+# Inputs
+
+
+def check_levels(checks):
+    """Levels of every check: the defaults overridden by ``checks``; raises PreflightError."""
+    levels = dict(DEFAULT_LEVELS)
+    for name, level in (checks or {}).items():
+        if name not in CHECK_NAMES:
+            close = difflib.get_close_matches(str(name), CHECK_NAMES, n=2)
+            hint = f" Did you mean {' or '.join(close)}?" if close else ""
+            raise PreflightError(f"checks: unknown check {name!r}.{hint} Known checks: {', '.join(CHECK_NAMES)}.")
+        if level not in LEVELS:
+            raise PreflightError(f"checks: {name} is {level!r}; use one of {', '.join(LEVELS)}.")
+        levels[name] = level
+    return levels
+
+
+def present_models(models):
+    """The entries of ``models`` with state present (the default); raises PreflightError for bad entries."""
+    chosen = []
+    for index, entry in enumerate(models or []):
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"]:
+            raise PreflightError(
+                f"models[{index}] must be a dict with a name (and optionally impl, engine, state), got {entry!r}."
+            )
+        if entry.get("state", "present") == "present":
+            chosen.append(entry)
+    return chosen
+
+
+def unwrap_facts(facts):
+    """The ``tt`` dict, given it or a whole tt_facts result."""
+    if not isinstance(facts, dict):
+        raise PreflightError("facts must be the result of ttfleet.inference.tt_facts (a dict).")
+    if isinstance(facts.get("tt"), dict):
+        return facts["tt"]
+    if isinstance((facts.get("ansible_facts") or {}).get("tt"), dict):
+        return facts["ansible_facts"]["tt"]
+    return facts
+
+
+def model_summaries(catalog, models, device, volume_root, preseeded_roots=()):
+    """Per present model: its spec's requirements and whether its weights are already complete.
+
+    Weights count as present when the expected volume under ``volume_root`` holds usable weights
+    or when a volume under ``volume_root`` or ``preseeded_roots`` can be aliased to it; such a
+    model needs no disk for weights. Returns ``(summaries, warnings)``.
+    """
+    root = check_path_text(volume_root, "volume_root")
+    volumes, warnings = scan_roots(expand_roots([root, *(preseeded_roots or [])]))
+    summaries = []
+    for entry in models:
+        derived = resolve(
+            catalog, entry["name"], device, impl=entry.get("impl"), engine=entry.get("engine"), volume_root=root
+        )
+        expected = expected_volume(root, derived, volumes)
+        weights_path = None
+        if (expected.get("weights") or {}).get("usable"):
+            weights_path = expected["path"]
+        else:
+            candidates = select_candidates(volumes, derived, expected)
+            if candidates:
+                weights_path = candidates[0]["path"]
+        min_disk = derived.get("min_disk_gb") or 0
+        summaries.append(
+            {
+                "name": entry["name"],
+                "model_name": derived["model_name"],
+                "device": derived["device"],
+                "impl_id": derived["impl_id"],
+                "volume_name": derived["volume_name"],
+                "volume_path": expected["path"],
+                "min_disk_gb": derived.get("min_disk_gb"),
+                "weights_present": weights_path is not None,
+                "weights_path": weights_path,
+                "counted_disk_gb": 0 if weights_path else min_disk,
+                "min_ram_gb": derived.get("min_ram_gb"),
+                "system_requirements": derived.get("system_requirements"),
+            }
+        )
+    return summaries, warnings
+
+
+# ---------------------------------------------------------------------------
+# Checks
+
+
+def _num(value):
+    """``84``, ``12.3``: numbers as people read them."""
+    if value is None:
+        return "unknown"
+    value = round(float(value), 1)
+    return str(int(value)) if value == int(value) else f"{value:.1f}"
+
+
+def _boards_text(facts):
+    counts = {}
+    for board in facts.get("boards") or []:
+        counts[board.get("board_type") or "?"] = counts.get(board.get("board_type") or "?", 0) + 1
+    return ", ".join(f"{count} x {name}" for name, count in sorted(counts.items())) or "none"
+
+
+class _Findings:
+    def __init__(self, host, levels):
+        self.host = host
+        self.levels = levels
+        self.failures = []
+        self.warnings = []
+        self.flagged = set()
+
+    def add(self, check, problem, fix, model=None, requirement=None, measured=None, downgrade=False):
+        level = self.levels[check]
+        if level == "skip":
+            return
+        if downgrade:
+            level = "warn"
+        finding = {
+            "check": check,
+            "model": model,
+            "requirement": requirement,
+            "measured": measured,
+            "fix": fix,
+            "msg": f"{self.host}: {problem}. Fix: {fix}.",
+        }
+        (self.failures if level == "fail" else self.warnings).append(finding)
+        self.flagged.add(check)
+
+
+def _check_device_type(out, facts, declared):
+    implied = facts.get("implied_device")
+    requirement = f"device {declared}" if declared else "a known device"
+    if not facts.get("boards"):
+        error = facts.get("tt_smi_error") or "tt-smi lists no devices"
+        nodes = facts.get("device_nodes") or []
+        out.add(
+            "device_type",
+            f"no Tenstorrent boards found (tt-smi: {error}; {len(nodes)} /dev/tenstorrent nodes)"
+            + (f", but the host is declared as {declared}" if declared else ""),
+            "install tenstorrent-dkms (the KMD) and tt-smi (tt-installer), check that the cards show up in "
+            "lspci and /dev/tenstorrent, then rerun",
+            requirement=requirement,
+            measured="no boards",
+        )
+    elif implied is None:
+        out.add(
+            "device_type",
+            f"the boards ({_boards_text(facts)}) make no known device: {facts.get('implied_device_reason')}",
+            "make every board visible to tt-smi -s (reset with tt-smi -r, reseat cards and cables)"
+            + (f", or declare a device that matches the hardware instead of {declared}" if declared else ""),
+            requirement=requirement,
+            measured=_boards_text(facts),
+        )
+    elif declared and declared.lower() != implied:
+        out.add(
+            "device_type",
+            f"declared device {declared} but the boards ({_boards_text(facts)}) make a {implied}",
+            f"declare this host as {implied} (inventory group or device variable), or check that tt-smi -s "
+            f"lists every board of a {declared}",
+            requirement=requirement,
+            measured=implied,
+        )
+
+
+def _check_hugepages(out, facts):
+    pages = facts.get("hugepages_1g") or {}
+    mount_path = pages.get("mount_path") or HUGEPAGES_MOUNT
+    fix = (
+        "install tenstorrent-tools (tenstorrent-hugepages.service and dev-hugepages\\x2d1G.mount) and reboot, "
+        "or run: systemctl start 'dev-hugepages\\x2d1G.mount'"
+    )
+    if not pages.get("mounted"):
+        found = f"a {pages['fstype']} mount" if pages.get("fstype") else "nothing mounted"
+        out.add(
+            "hugepages",
+            f"no hugetlbfs at {mount_path} ({found}); the inference containers bind it",
+            fix,
+            requirement=f"hugetlbfs mounted at {mount_path}",
+            measured=pages.get("fstype") or "not mounted",
+        )
+    elif pages.get("pagesize") not in (None, "1G", "1024M"):
+        out.add(
+            "hugepages",
+            f"{mount_path} is a hugetlbfs with pagesize={pages['pagesize']}, not 1G",
+            fix,
+            requirement="pagesize=1G",
+            measured=f"pagesize={pages['pagesize']}",
+        )
+
+
+def _check_hugepages_pages(out, facts):
+    pages = facts.get("hugepages_1g") or {}
+    devices = max(1, int(facts.get("pcie_devices") or 0))
+    wanted = HUGEPAGES_PER_DEVICE * devices
+    total = pages.get("total")
+    requirement = f"{wanted} x 1 GiB hugepages ({HUGEPAGES_PER_DEVICE} per PCIe device x {devices})"
+    if total is None:
+        out.add(
+            "hugepages_pages",
+            "the kernel offers no 1 GiB hugepages (no /sys/kernel/mm/hugepages/hugepages-1048576kB)",
+            "use a CPU and kernel with 1 GiB page support (pdpe1gb) and add hugepagesz=1G to the kernel command line",
+            requirement=requirement,
+            measured="not supported",
+        )
+    elif total < wanted:
+        out.add(
+            "hugepages_pages",
+            f"{total} x 1 GiB hugepages reserved ({pages.get('free')} free), {wanted} wanted "
+            f"({HUGEPAGES_PER_DEVICE} per PCIe device x {devices})",
+            "restart tenstorrent-hugepages.service or reboot; when memory is too fragmented at runtime add "
+            f"hugepagesz=1G hugepages={wanted} to the kernel command line",
+            requirement=requirement,
+            measured=f"{total} reserved, {pages.get('free')} free",
+        )
+
+
+def _check_docker(out, facts):
+    docker = facts.get("docker") or {}
+    if not docker.get("reachable"):
+        out.add(
+            "docker",
+            f"Docker engine not reachable: {docker.get('error') or 'no answer'}",
+            "install Docker and start it (systemctl enable --now docker), and run as root or a docker group member",
+            requirement="Docker engine answering on " + (docker.get("socket") or "/var/run/docker.sock"),
+            measured="unreachable",
+        )
+
+
+def _check_disk(out, facts, summaries, margin):
+    if not summaries:
+        return
+    space = facts.get("disk") or {}
+    where = space.get("volume_root") or space.get("path") or "the volume root"
+    counted = [m for m in summaries if m["counted_disk_gb"]]
+    needed = sum(m["counted_disk_gb"] for m in counted) + margin
+    free = space.get("free_gb")
+    if free is not None and needed <= free:
+        return
+    if len(counted) == 1:
+        parts = f"min_disk_gb {_num(counted[0]['counted_disk_gb'])}"
+    else:
+        parts = " + ".join(f"min_disk_gb {_num(m['counted_disk_gb'])} for {m['name']}" for m in counted)
+    basis = f"{parts} + margin {_num(margin)}" if parts else f"margin {_num(margin)}, all weights present"
+    measured = f"{_num(free)} GB free" if free is not None else f"free space unknown ({space.get('error')})"
+    subject = counted[0]["name"] if len(counted) == 1 else "the models"
+    out.add(
+        "disk",
+        f"{subject} need{'s' if len(counted) == 1 else ''} {_num(needed)} GB free on {where} ({basis}), {measured}",
+        "free space, point the volume root at a bigger filesystem, or pre-seed the weights",
+        model=counted[0]["name"] if len(counted) == 1 else None,
+        requirement=f"{_num(needed)} GB free on {where}",
+        measured=measured,
+    )
+
+
+def _check_ram(out, facts, summaries):
+    # As run.py: the RAM floor is for fetching and converting weights, so models whose weights are
+    # already on the host (in the expected volume or one to alias) need none.
+    needing = [m for m in summaries if m["min_ram_gb"] and not m["weights_present"]]
+    if not needing:
+        return
+    needed = sum(m["min_ram_gb"] for m in needing)
+    have = facts.get("memory_gb")
+    if have is not None and needed <= have:
+        return
+    if len(needing) == 1:
+        parts = _num(needing[0]["min_ram_gb"])
+    else:
+        parts = " + ".join(f"{_num(m['min_ram_gb'])} for {m['name']}" for m in needing)
+    subject = needing[0]["name"] if len(needing) == 1 else "the models"
+    out.add(
+        "ram",
+        f"{subject} need{'s' if len(needing) == 1 else ''} {_num(needed)} GB RAM (min_ram_gb {parts}), "
+        f"the host has {_num(have)} GB",
+        "serve fewer or smaller models on this host, or add memory",
+        model=needing[0]["name"] if len(needing) == 1 else None,
+        requirement=f"{_num(needed)} GB RAM",
+        measured=f"{_num(have)} GB",
+    )
+
+
+def _requirement(summary, key):
+    requirement = (summary.get("system_requirements") or {}).get(key) or {}
+    return requirement.get("specifier"), str(requirement.get("mode") or "STRICT").upper()
+
+
+def _check_firmware(out, facts, summaries):
+    versions = list(facts.get("firmware_versions") or [])
+    if len(versions) > 1:
+        out.add(
+            "firmware",
+            f"the boards run different firmware bundles ({', '.join(versions)}); tt-inference-server requires "
+            "one bundle on every device",
+            "flash every board with the same bundle (tt-flash) and reboot",
+            requirement="one firmware bundle",
+            measured=", ".join(versions),
+        )
+    for summary in summaries:
+        specifier, mode = _requirement(summary, "firmware")
+        if not specifier:
+            continue
+        bad = []
+        for version in versions:
+            ok, reason = check_specifier(version, specifier)
+            if not ok:
+                bad.append(reason)
+        if versions and not bad:
+            continue
+        measured = ", ".join(versions) if versions else "unknown"
+        if versions:
+            found = f"the boards run {measured} ({'; '.join(bad)})"
+        else:
+            found = f"no board reports a firmware version ({len(facts.get('boards') or [])} boards found)"
+        out.add(
+            "firmware",
+            f"{summary['name']} needs firmware bundle {specifier} ({mode} in its spec), {found}",
+            f"flash a firmware bundle that satisfies {specifier} with tt-flash and reboot, or pin a release "
+            "whose spec accepts this firmware",
+            model=summary["name"],
+            requirement=specifier,
+            measured=measured,
+            downgrade=mode == SUGGESTED,
+        )
+
+
+def _check_kmd(out, facts, summaries):
+    version = facts.get("kmd_version")
+    for summary in summaries:
+        specifier, mode = _requirement(summary, "kmd")
+        if not specifier:
+            continue
+        if version:
+            ok, reason = check_specifier(version, specifier)
+            if ok:
+                continue
+        else:
+            reason = "the tenstorrent kernel module is not loaded"
+        measured = version or "none"
+        out.add(
+            "kmd",
+            f"{summary['name']} needs KMD {specifier} ({mode} in its spec), the host runs {measured} ({reason})",
+            f"install a tenstorrent-dkms that satisfies {specifier} and reboot (or reload the tenstorrent module)",
+            model=summary["name"],
+            requirement=specifier,
+            measured=measured,
+            downgrade=mode == SUGGESTED,
+        )
+
+
+def evaluate(facts, summaries, levels=None, host=None, declared_device=None, disk_margin_gb=DEFAULT_DISK_MARGIN_GB):
+    """Run every check; returns ``{failures, warnings, passed, skipped}``.
+
+    A check passes when it ran and found nothing; a SUGGESTED spec requirement that is not met
+    is a warning whatever the check's level.
+    """
+    levels = levels or dict(DEFAULT_LEVELS)
+    host = host or facts.get("hostname") or "this host"
+    declared = declared_device or facts.get("declared_device")
+    out = _Findings(host, levels)
+    _check_device_type(out, facts, declared)
+    _check_hugepages(out, facts)
+    _check_hugepages_pages(out, facts)
+    _check_docker(out, facts)
+    _check_disk(out, facts, summaries, disk_margin_gb)
+    _check_ram(out, facts, summaries)
+    _check_firmware(out, facts, summaries)
+    _check_kmd(out, facts, summaries)
+    return {
+        "failures": out.failures,
+        "warnings": out.warnings,
+        "passed": [name for name in CHECK_NAMES if levels[name] != "skip" and name not in out.flagged],
+        "skipped": [name for name in CHECK_NAMES if levels[name] == "skip"],
+    }

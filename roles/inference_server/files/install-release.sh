@@ -1,0 +1,122 @@
+#!/bin/sh
+# Install one tt-inference-server release as ROOT/releases/TAG, all or nothing: the checkout is built
+# in ROOT/releases/.stage-TAG, its commit checked, and only then renamed into place. Run by the
+# inference_server role (ansible.builtin.script with creates=ROOT/releases/TAG).
+#
+#   install-release.sh ROOT TAG SOURCE LOCATION DEPTH COMMIT
+#
+# SOURCE git:     the URL is read from $TTFLEET_TTIS_GIT_URL, never from the command line (it may hold
+#                 a token); it is not stored in the checkout either (no remote, no FETCH_HEAD).
+# SOURCE bundle:  LOCATION is a git bundle on the host; it is removed after a successful install.
+# SOURCE archive: LOCATION is a tar archive of a checkout (GitHub's layout: one top directory); it is
+#                 removed after a successful install. Its commit is the one `git archive` wrote into
+#                 the header, or that of a .git inside it.
+# SOURCE path:    LOCATION is a directory on the host: a git repository (the tag is fetched from it)
+#                 or a plain copy of a checkout.
+# Only the tag ref refs/tags/TAG is used: release branches carry the same names as the tags.
+# COMMIT (empty, or 7 to 40 hex digits) must match the start of the checked-out commit.
+set -eu
+umask 022
+
+root=$1 tag=$2 source=$3 location=$4 depth=$5 commit=$6
+releases=$root/releases
+final=$releases/$tag
+stage=$releases/.stage-$tag
+marker=.ttfleet-release.json
+
+fail() {
+  echo "install-release: $*" >&2
+  rm -rf "$stage" "$stage.unpack"
+  exit 1
+}
+
+[ ! -e "$final" ] || fail "$final exists already; it is never overwritten"
+mkdir -p "$releases"
+rm -rf "$stage" "$stage.unpack"
+
+fetch_tag() { # fetch_tag FROM [git fetch options]: check out refs/tags/TAG from FROM into the stage
+  from=$1
+  shift
+  git init -q "$stage"
+  GIT_TERMINAL_PROMPT=0 git -C "$stage" fetch -q --no-tags --no-write-fetch-head "$@" "$from" \
+    "+refs/tags/$tag:refs/tags/$tag" || fail "cannot fetch refs/tags/$tag from the $source source; git's own message is hidden while inference_server_no_log is true"
+  git -C "$stage" -c advice.detachedHead=false checkout -q --detach "refs/tags/$tag^{commit}" \
+    || fail "cannot check out refs/tags/$tag"
+}
+
+case $source in
+  git)
+    [ -n "${TTFLEET_TTIS_GIT_URL:-}" ] || fail "TTFLEET_TTIS_GIT_URL is empty"
+    # The remote exists only in this process's environment (git >= 2.31), not in .git/config.
+    GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=remote.origin.url GIT_CONFIG_VALUE_0=$TTFLEET_TTIS_GIT_URL
+    export GIT_CONFIG_COUNT GIT_CONFIG_KEY_0 GIT_CONFIG_VALUE_0
+    if [ "$depth" -gt 0 ]; then
+      fetch_tag origin --depth "$depth"
+    else
+      fetch_tag origin
+    fi
+    ;;
+  bundle)
+    [ -f "$location" ] || fail "bundle $location is missing"
+    fetch_tag "$location"
+    ;;
+  path)
+    [ -d "$location" ] || fail "inference_server_path $location is not a directory on the host"
+    if git -C "$location" rev-parse --git-dir >/dev/null 2>&1; then
+      fetch_tag "$location"
+    else
+      mkdir "$stage"
+      cp -R "$location/." "$stage/" || fail "cannot copy $location"
+    fi
+    ;;
+  archive)
+    [ -f "$location" ] || fail "archive $location is missing"
+    mkdir "$stage.unpack"
+    tar --no-same-owner -xf "$location" -C "$stage.unpack" || fail "cannot unpack $location"
+    set -- "$stage.unpack"/* "$stage.unpack"/.[!.]*
+    top=
+    for entry in "$@"; do
+      [ -e "$entry" ] || continue
+      if [ -z "$top" ] && [ -d "$entry" ]; then top=$entry; else top=multiple; fi
+    done
+    if [ -n "$top" ] && [ "$top" != multiple ]; then
+      mv "$top" "$stage"
+      rmdir "$stage.unpack"
+    else
+      mv "$stage.unpack" "$stage"
+    fi
+    ;;
+  *) fail "unknown source $source" ;;
+esac
+
+if [ -e "$stage/.git" ]; then
+  actual=$(git -C "$stage" rev-parse HEAD)
+  echo "/$marker" >>"$stage/.git/info/exclude"
+elif [ "$source" = archive ]; then
+  case $location in
+    *.gz | *.tgz) actual=$(gzip -dc "$location" | git get-tar-commit-id || true) ;;
+    *) actual=$(git get-tar-commit-id <"$location" || true) ;;
+  esac
+else
+  actual=
+fi
+
+if [ -n "$commit" ]; then
+  [ -n "$actual" ] || fail "inference_server_commit is $commit but the $source source of $tag carries no git metadata to verify it against; use a git, bundle or path (git repository) source, or a git-archive tarball"
+  expected=$(printf '%s' "$commit" | tr 'A-F' 'a-f')
+  case $actual in
+    "$expected"*) ;;
+    *) fail "$tag is commit $actual, not inference_server_commit $commit; the tag moved or the pin is wrong. Nothing was switched" ;;
+  esac
+fi
+
+installed_at=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+printf '{"tag": "%s", "commit": %s, "source": "%s", "installed_at": "%s"}\n' \
+  "$tag" "$([ -n "$actual" ] && printf '"%s"' "$actual" || printf null)" "$source" "$installed_at" >"$stage/$marker"
+chown -R 0:0 "$stage"
+chmod -R u+rwX,go+rX,go-w "$stage"
+mv -T "$stage" "$final"
+case $source in
+  bundle | archive) rm -f "$location" ;;
+esac
+cat "$final/$marker"

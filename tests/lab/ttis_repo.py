@@ -1,0 +1,177 @@
+#!/usr/bin/env python
+"""A local stand-in for the tt-inference-server (TTIS) git repository, for the lab and molecule only.
+
+Builds, under .cache/ttis-lab/ (reused while its inputs are unchanged):
+
+    tt-inference-server.git        bare repository (`git update-server-info` done, servable over dumb HTTP)
+    tt-inference-server.bundle     git bundle of every branch and tag
+    tt-inference-server-<tag>.tar.gz  `git archive` of each tag (GitHub layout: one top directory, the
+                                      commit id in the pax header, no .git)
+    wheels/                        the PyYAML wheel the inference_server role pins, for hosts without PyPI
+    manifest.json                  paths, and the commit of every tag and branch
+
+Releases v0.18.0, v0.20.0 and v0.25.0 are tags on release branches of the same name, as upstream does
+it; each branch has one more commit after its tag, so a checkout of the branch instead of the tag is
+visible (another commit, VERSION ending in "+branch"). Each tagged tree holds the real
+release_model_spec.json of that release (tests/fixtures/specs, trimmed of perf_reference), a VERSION
+file and tests/lab/files/ttis-run.py as run.py, a LAB STAND-IN that is not tenstorrent's run.py.
+Commits have fixed authors and dates, so their ids are the same on every machine.
+
+    tests/lab/ttis_repo.py [--force]     build when missing or stale, print the manifest
+"""
+import argparse
+import gzip
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+OUT = os.path.join(ROOT, ".cache", "ttis-lab")
+SPECS = os.path.join(ROOT, "tests", "fixtures", "specs")
+RUN_PY = os.path.join(ROOT, "tests", "lab", "files", "ttis-run.py")
+ROLE_DEFAULTS = os.path.join(ROOT, "roles", "inference_server", "defaults", "main.yml")
+# Release dates of upstream's tags (v0.25.0: the one the tenstorrent wheel pins).
+RELEASES = [
+    ("v0.18.0", "2026-07-10T12:00:00Z"),
+    ("v0.20.0", "2026-08-14T12:00:00Z"),
+    ("v0.25.0", "2026-10-23T12:00:00Z"),
+]
+README = """# tt-inference-server (LAB STAND-IN)
+
+Made by ttfleet.inference's tests/lab/ttis_repo.py for tests. Only release_model_spec.json is real
+(tenstorrent/tt-inference-server {tag}); run.py is a stand-in that starts nothing.
+"""
+
+
+def log(msg):
+    print(f"==> {msg}", file=sys.stderr, flush=True)
+
+
+def git(*args, cwd=None, date=None, capture=False):
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "ttfleet lab",
+        "GIT_AUTHOR_EMAIL": "lab@ttfleet.invalid",
+        "GIT_COMMITTER_NAME": "ttfleet lab",
+        "GIT_COMMITTER_EMAIL": "lab@ttfleet.invalid",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_CONFIG_NOSYSTEM": "1",
+    }
+    if date:
+        env["GIT_AUTHOR_DATE"] = env["GIT_COMMITTER_DATE"] = date
+    proc = subprocess.run(
+        ["git", *args], cwd=cwd, env=env, check=True, text=True, stdout=subprocess.PIPE if capture else None
+    )
+    return proc.stdout.strip() if capture else None
+
+
+def pyyaml_version():
+    import yaml
+
+    with open(ROLE_DEFAULTS, encoding="utf-8") as handle:
+        return str(yaml.safe_load(handle)["inference_server_pyyaml_version"])
+
+
+def inputs_digest(pyyaml):
+    digest = hashlib.sha256()
+    paths = [os.path.abspath(__file__), RUN_PY] + [
+        os.path.join(SPECS, f"release_model_spec-{tag}.json.gz") for tag, _date in RELEASES
+    ]
+    for path in paths:
+        with open(path, "rb") as handle:
+            digest.update(handle.read())
+    digest.update(pyyaml.encode())
+    return digest.hexdigest()
+
+
+def write(path, data, mode=0o644):
+    with open(path, "wb") as handle:
+        handle.write(data)
+    os.chmod(path, mode)
+
+
+def build(work, pyyaml):
+    tree = os.path.join(work, "work")
+    git("init", "-q", "-b", "main", tree)
+    with open(RUN_PY, "rb") as handle:
+        run_py = handle.read()
+    tags, branches = {}, {}
+    for tag, date in RELEASES:
+        version = tag[1:]
+        with gzip.open(os.path.join(SPECS, f"release_model_spec-{tag}.json.gz"), "rb") as handle:
+            write(os.path.join(tree, "release_model_spec.json"), handle.read())
+        write(os.path.join(tree, "VERSION"), f"{version}\n".encode())
+        write(os.path.join(tree, "run.py"), run_py, 0o755)
+        write(os.path.join(tree, "README.md"), README.format(tag=tag).encode())
+        git("add", "-A", cwd=tree)
+        git("commit", "-q", "-m", f"Release {tag} (lab stand-in)", cwd=tree, date=date)
+        git("tag", "-a", tag, "-m", f"Release {tag}", cwd=tree, date=date)
+        tags[tag] = git("rev-parse", f"refs/tags/{tag}^{{commit}}", cwd=tree, capture=True)
+        # The release branch carries the tag's name and moves on after the tag.
+        git("checkout", "-q", "-b", tag, cwd=tree)
+        write(os.path.join(tree, "VERSION"), f"{version}+branch\n".encode())
+        git("commit", "-q", "-am", f"Post-release fix on branch {tag}", cwd=tree, date=date)
+        branches[tag] = git("rev-parse", f"refs/heads/{tag}", cwd=tree, capture=True)
+        git("checkout", "-q", "main", cwd=tree)
+    branches["main"] = git("rev-parse", "refs/heads/main", cwd=tree, capture=True)
+
+    bare = os.path.join(work, "tt-inference-server.git")
+    git("clone", "-q", "--bare", tree, bare)
+    git("update-server-info", cwd=bare)
+    git("bundle", "create", "-q", os.path.join(work, "tt-inference-server.bundle"), "--all", cwd=tree)
+    archives = {}
+    for tag, _date in RELEASES:
+        name = f"tt-inference-server-{tag}.tar.gz"
+        git("archive", "--format=tar.gz", f"--prefix=tt-inference-server-{tag[1:]}/", "-o",
+            os.path.join(work, name), f"refs/tags/{tag}", cwd=tree)
+        archives[tag] = name
+    shutil.rmtree(tree)
+
+    wheels = os.path.join(work, "wheels")
+    # The lab image is Debian 12 (CPython 3.11, x86_64); hosts install from this with --no-index.
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
+         "--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp",
+         "--platform", "manylinux2014_x86_64", "-d", wheels, f"PyYAML=={pyyaml}"],
+        check=True,
+    )
+    return {
+        "bare": "tt-inference-server.git",
+        "bundle": "tt-inference-server.bundle",
+        "archives": archives,
+        "wheels": "wheels",
+        "tags": tags,
+        "branches": branches,
+        "pyyaml_version": pyyaml,
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--force", action="store_true", help="rebuild even when the inputs are unchanged")
+    args = parser.parse_args()
+    pyyaml = pyyaml_version()
+    digest = inputs_digest(pyyaml)
+    manifest_path = os.path.join(OUT, "manifest.json")
+    if not args.force and os.path.isfile(manifest_path):
+        with open(manifest_path, encoding="utf-8") as handle:
+            manifest = json.load(handle)
+        if manifest.get("inputs") == digest:
+            print(json.dumps(manifest, indent=2))
+            return
+    log(f"building the lab tt-inference-server repository in {os.path.relpath(OUT, ROOT)}")
+    work = OUT + ".tmp"
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    manifest = {"inputs": digest, "root": OUT, **build(work, pyyaml)}
+    write(os.path.join(work, "manifest.json"), (json.dumps(manifest, indent=2) + "\n").encode())
+    shutil.rmtree(OUT, ignore_errors=True)
+    os.replace(work, OUT)
+    print(json.dumps(manifest, indent=2))
+
+
+if __name__ == "__main__":
+    main()
