@@ -26,6 +26,11 @@ INVENTORY = os.path.join(ROOT, "inventories", "lab", "hosts.yml")
 LABEL = "ttfleet.lab"
 NETWORK = "ttfleet-lab"
 IMAGE_SCRIPT = os.path.join(ROOT, "tests", "lab", "build-image.sh")
+TTIS_REPO_SCRIPT = os.path.join(ROOT, "tests", "lab", "ttis_repo.py")
+TTIS_LAB = os.path.join(ROOT, ".cache", "ttis-lab")
+# Where each lab host finds its tt-inference-server mirror and a PyPI-free wheelhouse
+# (inventories/lab/group_vars/all.yml points the inference_server role there).
+HOST_LAB_DIR = "/var/lib/ttfleet-lab"
 
 # TTIS device name -> what the hardware looks like: PCIe chips (= /dev/tenstorrent nodes) and the
 # tt-smi `device_info` entries. tt-smi suffixes every Wormhole chip " L" (PCIe) or " R" (remote: an
@@ -101,6 +106,22 @@ def snapshot(device, hostname):
     }
 
 
+# A QuietBox 2 leaves the factory with Qwen3-32B under a build label, not the name TTIS expects
+# (62 GB of weights and ~30 GB of kernels on real hosts; a few bytes per file here).
+QB2_VOLUME = "/home/tt/data/tt-cache/volume_id_tt_transformers-Qwen3-32B-vqb2_launch"
+QB2_SCRIPT = f"""set -e
+id tt >/dev/null 2>&1 || useradd -m -u 1000 -s /bin/bash tt
+if [ ! -d {QB2_VOLUME} ]; then
+  mkdir -p {QB2_VOLUME}/weights/Qwen3-32B {QB2_VOLUME}/tt_metal_cache/cache_Qwen3-32B/P300x2
+  cd {QB2_VOLUME}/weights/Qwen3-32B
+  for f in model-00001-of-00002.safetensors model-00002-of-00002.safetensors config.json tokenizer.json \\
+           tokenizer_config.json generation_config.json; do echo "factory $f" > $f; done
+  echo "factory kernels" > {QB2_VOLUME}/tt_metal_cache/cache_Qwen3-32B/P300x2/kernels.bin
+  chown -R 1000:1000 /home/tt/data
+fi
+"""
+
+
 def provision_script(device):
     pcie = DEVICES[device]["pcie"]
     return f"""set -e
@@ -166,11 +187,24 @@ def write_snapshot(name, data):
         os.unlink(handle.name)
 
 
+def publish_ttis_mirror(name):
+    """A bare mirror of the lab's tt-inference-server repository on the host, as a site mirror would be."""
+    docker("exec", name, "mkdir", "-p", HOST_LAB_DIR)
+    docker("cp", os.path.join(TTIS_LAB, "tt-inference-server.bundle"), f"{name}:{HOST_LAB_DIR}/")
+    docker("cp", os.path.join(TTIS_LAB, "wheels"), f"{name}:{HOST_LAB_DIR}/")
+    docker("exec", name, "sh", "-c",
+           f"rm -rf {HOST_LAB_DIR}/tt-inference-server.git && "
+           f"git clone -q --mirror {HOST_LAB_DIR}/tt-inference-server.bundle {HOST_LAB_DIR}/tt-inference-server.git")
+
+
 def provision(name, device):
     wait_for_systemd(name)
     trust_host_cas(name)
     docker("exec", "-i", name, "sh", "-s", stdin=provision_script(device))
     write_snapshot(name, snapshot(device, name))
+    publish_ttis_mirror(name)
+    if device == "p300x2":
+        docker("exec", "-i", name, "sh", "-s", stdin=QB2_SCRIPT)
 
 
 def write_inventory(hosts):
@@ -227,6 +261,7 @@ def cmd_up(args):
                 docker("rm", "-f", name)
             log(f"{name}: starting ({device})")
             start_host(name, device, image)
+    ensure_ttis_repo()
     for name, device in wanted:
         provision(name, device)
     write_inventory(dict(wanted))
@@ -244,8 +279,13 @@ def cmd_down(_args):
     log("lab is down")
 
 
+def ensure_ttis_repo():
+    subprocess.run([sys.executable, TTIS_REPO_SCRIPT], check=True, stdout=subprocess.DEVNULL)
+
+
 def cmd_provision(args):
     """Give already running containers (molecule's platforms) the lab's hardware stand-ins."""
+    ensure_ttis_repo()
     for item in args.containers:
         name, _sep, device = item.partition("=")
         if device not in DEVICES:
@@ -260,6 +300,7 @@ def cmd_fault(args):
     if device not in DEVICES:
         raise SystemExit(f"--device must be the host's real device type, one of {', '.join(DEVICES)}")
     if args.reset:
+        ensure_ttis_repo()
         provision(args.name, device)
         log(f"{args.name}: faults cleared")
         return
