@@ -9,6 +9,9 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
+# The Makefile puts .venv/bin first in PATH; the venv must never be rebuilt from its own interpreter.
+PATH=$(printf '%s' "$PATH" | tr ':' '\n' | grep -vxF "$root/.venv/bin" | paste -sd: -)
+export PATH
 log() { printf '==> %s\n' "$*" >&2; }
 
 # The `ansible` release whose bundled collections match ansible-core 2.19, and what we take from it.
