@@ -1,0 +1,1187 @@
+# Copyright (c) ttfleet.inference contributors
+# SPDX-License-Identifier: Apache-2.0
+"""Model weights in ``weights/<model_name>/``: listing a source, planning, fetching, verifying.
+
+Private to the collection and standard library only: target hosts may lack huggingface_hub, so the
+Hugging Face Hub HTTP protocol is spoken directly (revision, tree and resolve endpoints). The layout
+written is a plain ``--local-dir`` snapshot, never the HF cache with its symlinks.
+
+The work is split so that check mode and tests can stop at any stage: ``list_hf_source`` /
+``list_path_source`` describe the source, ``plan_weights`` compares it with the destination and its
+manifest (reading only), ``check_disk`` refuses before anything is written, ``fetch_hf`` /
+``fetch_path`` fill a staging directory beside the destination (same filesystem, resumable), and
+``place_files`` + ``write_manifest`` move complete files into place with ``os.replace``.
+``sync_weights`` runs the stages in order for the module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import hashlib
+import http.client
+import json
+import os
+import re
+import secrets
+import shutil
+import socket
+import stat
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+from ansible_collections.ttfleet.inference.plugins.module_utils._facts import nearest_existing
+
+MANIFEST_NAME = ".ttfleet-manifest.json"
+STAGING_NAME = ".ttfleet-staging"
+STAGING_STATE = ".ttfleet-staging.json"
+PART_SUFFIX = ".ttfleet-part"
+TEMP_PREFIX = ".ttfleet-tmp-"
+DEFAULT_ENDPOINT = "https://huggingface.co"
+DEFAULT_IGNORE_PATTERNS = ("original/**",)
+MANIFEST_SCHEMA = 1
+HASH_CHUNK = 8 << 20
+NET_CHUNK = 1 << 20
+FILE_MODE = 0o644
+DIR_MODE = 0o755
+STATUS_INTERVAL = 2.0
+NET_ATTEMPTS = 3
+_MANIFEST_MAX_BYTES = 64 << 20
+_SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+_REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+_HEX64_RE = re.compile(r"^[0-9a-f]{64}$")
+_RETRYABLE = (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError, socket.timeout)
+
+
+class WeightsError(Exception):
+    """A request that cannot be carried out; the message says what, which input and how to fix it."""
+
+
+# ---------------------------------------------------------------------------
+# Text
+
+
+def scrub(text, *secret_values):
+    """``text`` with every secret value (and URL user info) replaced by ``********``."""
+    text = str(text)
+    for value in secret_values:
+        if value:
+            text = text.replace(value, "********")
+    return re.sub(r"(://)[^/@\s]+@", r"\1********@", text)
+
+
+def human_bytes(count):
+    """``1.5 GiB`` style text, binary units as tt-inference-server counts disk."""
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+def is_commit_sha(revision):
+    return isinstance(revision, str) and bool(_SHA_RE.match(revision))
+
+
+def check_revision(repo_id, revision, allow_floating, endpoint=DEFAULT_ENDPOINT):
+    """Refuse a branch, tag or short SHA unless ``allow_floating``; return True when it is a pinned commit."""
+    if is_commit_sha(revision):
+        return True
+    if allow_floating:
+        return False
+    base = endpoint.rstrip("/")
+    if not revision:
+        raise WeightsError(
+            f"no revision given for {repo_id}; pin a 40-character commit SHA "
+            f"(see {base}/{repo_id}/commits/main) or set allow_floating_revision: true to follow main"
+        )
+    if re.match(r"^[0-9a-fA-F]{7,39}$", revision) or re.match(r"^[0-9A-F]{40}$", revision):
+        kind = "an abbreviated or upper-case commit id"
+    else:
+        kind = "a branch or tag, not a commit"
+    raise WeightsError(
+        f"revision {revision!r} of {repo_id} is {kind}; pin a 40-character lower-case commit SHA "
+        f"(see {base}/{repo_id}/commits/{urllib.parse.quote(revision, safe='')}) or set allow_floating_revision: true"
+    )
+
+
+def check_repo_id(repo_id):
+    if not isinstance(repo_id, str) or not _REPO_RE.match(repo_id) or ".." in repo_id:
+        raise WeightsError(f"repo_id {repo_id!r} is not a Hugging Face repository id; use the form org/name")
+    return repo_id
+
+
+def check_relpath(path, origin):
+    """Refuse a file path from a source that could escape the destination or clash with our own files."""
+    parts = path.split("/") if isinstance(path, str) else []
+    if (
+        not parts
+        or path.startswith("/")
+        or "\\" in path
+        or "\x00" in path
+        or any(part in ("", ".", "..") for part in parts)
+        or parts[0] in (MANIFEST_NAME, STAGING_NAME)
+        or path.endswith(PART_SUFFIX)
+        or any(part.startswith(TEMP_PREFIX) for part in parts)
+    ):
+        raise WeightsError(f"{origin} lists an unusable file path {path!r}; refusing to write it")
+    return path
+
+
+# ---------------------------------------------------------------------------
+# Patterns
+
+
+def _normalize_patterns(patterns):
+    # As huggingface_hub does: "dir/" means everything below dir.
+    return [pattern + "*" if pattern.endswith("/") else pattern for pattern in (patterns or [])]
+
+
+def filter_paths(paths, allow_patterns=None, ignore_patterns=DEFAULT_IGNORE_PATTERNS):
+    """Keep paths matching any allow pattern (all when none) and no ignore pattern (fnmatch, ``*`` crosses ``/``)."""
+    allow = _normalize_patterns(allow_patterns)
+    ignore = _normalize_patterns(ignore_patterns)
+    kept = []
+    for path in paths:
+        if allow and not any(fnmatch.fnmatchcase(path, pattern) for pattern in allow):
+            continue
+        if any(fnmatch.fnmatchcase(path, pattern) for pattern in ignore):
+            continue
+        kept.append(path)
+    return kept
+
+
+# ---------------------------------------------------------------------------
+# Hashing
+
+
+def blob_header(size):
+    """Prefix git hashes before the content: the tree API's ``oid`` of a non-LFS file is sha1 of both."""
+    return b"blob %d\0" % size
+
+
+def git_blob_sha1(content):
+    return hashlib.sha1(blob_header(len(content)) + content).hexdigest()
+
+
+class Digests:
+    """sha256 of the content, plus the git blob sha1 when the size is known up front."""
+
+    def __init__(self, blob_size=None):
+        self.sha256 = hashlib.sha256()
+        self.sha1 = None
+        if blob_size is not None:
+            self.sha1 = hashlib.sha1(blob_header(blob_size))
+
+    def update(self, data):
+        self.sha256.update(data)
+        if self.sha1 is not None:
+            self.sha1.update(data)
+
+    def result(self):
+        return {"sha256": self.sha256.hexdigest(), "blob_sha1": self.sha1.hexdigest() if self.sha1 else None}
+
+
+def hash_file(path, blob=False):
+    """Digests of one file read in 8 MiB blocks; ``blob`` adds the git blob sha1."""
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        digests = Digests(size if blob else None)
+        while True:
+            block = handle.read(HASH_CHUNK)
+            if not block:
+                break
+            digests.update(block)
+    result = digests.result()
+    result["size"] = size
+    return result
+
+
+def hash_files(requests, workers):
+    """Hash ``{key: (path, blob)}`` in parallel; returns ``{key: digests}`` (an OSError becomes ``{"error"}``).
+
+    hashlib releases the GIL on large blocks, so threads use several cores.
+    """
+
+    def one(item):
+        key, (path, blob) = item
+        try:
+            return key, hash_file(path, blob)
+        except OSError as exc:
+            return key, {"error": f"{path}: {exc.strerror or exc}"}
+
+    if not requests:
+        return {}
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(requests)))) as pool:
+        return dict(pool.map(one, sorted(requests.items())))
+
+
+# ---------------------------------------------------------------------------
+# Hugging Face Hub protocol
+
+
+class _RedirectHandler(urllib.request.HTTPRedirectHandler):
+    """Follow redirects, but never carry the token to another host (LFS/Xet CDNs use signed URLs)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and urllib.parse.urlsplit(newurl).netloc != urllib.parse.urlsplit(req.full_url).netloc:
+            new.remove_header("Authorization")
+        return new
+
+
+class Hub:
+    """The three Hub endpoints a snapshot needs.
+
+    The token is sent only once the repository needs it: requests go out anonymously first and a
+    401/403 is retried once with ``Authorization: Bearer``, which is kept from then on.
+    """
+
+    def __init__(self, endpoint=DEFAULT_ENDPOINT, token=None, timeout=60, opener=None):
+        self.endpoint = (endpoint or DEFAULT_ENDPOINT).rstrip("/")
+        if not re.match(r"^https?://[^/\s]+", self.endpoint):
+            raise WeightsError(
+                f"hf_endpoint {scrub(self.endpoint)!r} is not an http(s) URL; use e.g. https://huggingface.co"
+            )
+        self.token = token or None
+        self.use_token = False
+        self.timeout = timeout
+        self.opener = opener or urllib.request.build_opener(_RedirectHandler)
+
+    def _request(self, url, headers=None):
+        req = urllib.request.Request(url, headers=dict(headers or {}))
+        req.add_header("User-Agent", "ttfleet.inference/model_weights")
+        if self.use_token:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        return req
+
+    def open(self, url, what, repo_id, headers=None):
+        """Open ``url``; HTTP errors become WeightsError naming ``what`` and the fix. Never shows the token."""
+        try:
+            try:
+                return self.opener.open(self._request(url, headers), timeout=self.timeout)
+            except urllib.error.HTTPError as exc:
+                if exc.code in (401, 403) and self.token and not self.use_token:
+                    exc.close()
+                    self.use_token = True
+                    return self.opener.open(self._request(url, headers), timeout=self.timeout)
+                raise
+        except urllib.error.HTTPError as exc:
+            detail = exc.headers.get("X-Error-Message") if exc.headers else None
+            exc.close()
+            raise WeightsError(scrub(self._http_message(exc.code, detail, what, repo_id), self.token)) from None
+
+    def _http_message(self, code, detail, what, repo_id):
+        why = f" ({detail})" if detail else ""
+        if code in (401, 403):
+            if self.token:
+                fix = "check that hf_token has access to it (accept the licence on the model page for gated models)"
+            else:
+                fix = "set hf_token if it is gated or private, and check repo_id and revision"
+            return (
+                f"{self.endpoint} refused {what} of {repo_id} with HTTP {code}{why}: the repository is gated, "
+                f"private or does not exist; {fix}"
+            )
+        if code == 404:
+            return (
+                f"{self.endpoint} has no {what} of {repo_id} (HTTP 404{why}); check repo_id, revision and hf_endpoint"
+            )
+        return (
+            f"{self.endpoint} answered HTTP {code}{why} for {what} of {repo_id}; retry later or use another hf_endpoint"
+        )
+
+    def get_json(self, url, what, repo_id):
+        with self.open(url, what, repo_id, {"Accept": "application/json"}) as resp:
+            body = resp.read()
+            link = resp.headers.get("Link", "")
+        try:
+            return json.loads(body), link
+        except ValueError:
+            raise WeightsError(
+                f"{self.endpoint} sent {what} of {repo_id} that is not JSON; is hf_endpoint a Hugging Face Hub?"
+            ) from None
+
+    def _repo_url(self, repo_id):
+        return "/".join(urllib.parse.quote(part, safe="") for part in repo_id.split("/"))
+
+    def resolve_revision(self, repo_id, revision):
+        """The commit SHA a branch, tag or short SHA points at (revision API)."""
+        url = f"{self.endpoint}/api/models/{self._repo_url(repo_id)}/revision/{urllib.parse.quote(revision, safe='')}"
+        data, _link = self.get_json(url, f"revision {revision!r}", repo_id)
+        sha = data.get("sha") if isinstance(data, dict) else None
+        if not is_commit_sha(sha):
+            raise WeightsError(f"{self.endpoint} resolved revision {revision!r} of {repo_id} to no commit SHA")
+        return sha
+
+    def list_tree(self, repo_id, sha):
+        """Every entry of the tree API at a commit, following ``Link: rel="next"`` pages."""
+        url = f"{self.endpoint}/api/models/{self._repo_url(repo_id)}/tree/{sha}?recursive=true&expand=false"
+        entries = []
+        for _page in range(10000):
+            data, link = self.get_json(url, f"the file list at {sha}", repo_id)
+            if not isinstance(data, list):
+                raise WeightsError(f"{self.endpoint} sent a file list of {repo_id} that is not a list")
+            entries.extend(data)
+            match = re.search(r'<([^>]+)>\s*;\s*rel="next"', link or "")
+            if not match:
+                return entries
+            url = urllib.parse.urljoin(url, match.group(1))
+        raise WeightsError(f"{self.endpoint} sent too many pages of files for {repo_id}")
+
+    def file_url(self, repo_id, sha, path):
+        return f"{self.endpoint}/{self._repo_url(repo_id)}/resolve/{sha}/{urllib.parse.quote(path, safe='/')}"
+
+
+def list_hf_source(
+    hub, repo_id, revision, allow_floating=False, allow_patterns=None, ignore_patterns=DEFAULT_IGNORE_PATTERNS
+):
+    """Resolve the revision and list the files to fetch: ``(sha, [file dicts])``.
+
+    Each file has path, size, lfs, and the digest to check: ``sha256`` (LFS files, from ``lfs.oid``)
+    or ``blob_sha1`` (the git blob id of files stored in git itself).
+    """
+    check_repo_id(repo_id)
+    pinned = check_revision(repo_id, revision, allow_floating, hub.endpoint)
+    sha = revision if pinned else hub.resolve_revision(repo_id, revision or "main")
+    return sha, hf_files(hub.list_tree(repo_id, sha), allow_patterns, ignore_patterns, hub.endpoint)
+
+
+def hf_files(entries, allow_patterns=None, ignore_patterns=DEFAULT_IGNORE_PATTERNS, origin="the Hub"):
+    """File dicts from tree API entries, filtered by the patterns."""
+    by_path = {}
+    for entry in entries:
+        if not isinstance(entry, dict) or entry.get("type") != "file":
+            continue
+        path = check_relpath(entry.get("path"), origin)
+        lfs = entry.get("lfs") if isinstance(entry.get("lfs"), dict) else None
+        size = lfs.get("size") if lfs else entry.get("size")
+        if not isinstance(size, int) or size < 0:
+            raise WeightsError(f"{origin} lists {path} without a usable size")
+        item = {"path": path, "size": size, "lfs": bool(lfs), "sha256": None, "blob_sha1": None}
+        if lfs:
+            oid = str(lfs.get("oid", "")).lower()
+            if not _HEX64_RE.match(oid):
+                raise WeightsError(f"{origin} lists LFS file {path} without a sha256 oid")
+            item["sha256"] = oid
+        else:
+            oid = str(entry.get("oid", "")).lower()
+            if not _SHA_RE.match(oid):
+                raise WeightsError(f"{origin} lists {path} without a git blob id")
+            item["blob_sha1"] = oid
+        by_path[path] = item
+    return [by_path[path] for path in filter_paths(sorted(by_path), allow_patterns, ignore_patterns)]
+
+
+def list_path_source(root, allow_patterns=None, ignore_patterns=DEFAULT_IGNORE_PATTERNS):
+    """Files under a local or NFS directory (symlinked files are read through, as in an HF cache snapshot).
+
+    Digests are left empty: they are computed only when a comparison needs them.
+    """
+    if not os.path.isdir(root):
+        raise WeightsError(f"path {root} is not a directory; point path at a directory holding the model files")
+
+    def unreadable(exc):
+        raise WeightsError(f"cannot list {exc.filename} in path {root}: {exc.strerror or exc}")
+
+    found = {}
+    for current, dirs, names in os.walk(root, onerror=unreadable, followlinks=False):
+        rel_dir = os.path.relpath(current, root)
+        dirs[:] = sorted(d for d in dirs if not (rel_dir == "." and d in (STAGING_NAME, ".cache", ".git")))
+        for name in names:
+            rel = name if rel_dir == "." else f"{rel_dir.replace(os.sep, '/')}/{name}"
+            if rel == MANIFEST_NAME or name.endswith(PART_SUFFIX) or name.startswith(TEMP_PREFIX):
+                continue
+            full = os.path.join(current, name)
+            try:
+                st = os.stat(full)
+            except OSError as exc:
+                raise WeightsError(f"cannot read {full} in path {root}: {exc.strerror or exc}") from None
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            check_relpath(rel, f"path {root}")
+            found[rel] = {
+                "path": rel,
+                "size": st.st_size,
+                "lfs": False,
+                "sha256": None,
+                "blob_sha1": None,
+                "src": os.path.realpath(full),
+                "dev": st.st_dev,
+                "ino": st.st_ino,
+                "src_mode": st.st_mode,
+            }
+    return [found[path] for path in filter_paths(sorted(found), allow_patterns, ignore_patterns)]
+
+
+# ---------------------------------------------------------------------------
+# Manifest and staging state
+
+
+def _atomic_write_json(path, data, mode=FILE_MODE, owner=None):
+    directory = os.path.dirname(path)
+    temp = os.path.join(directory, f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}")
+    try:
+        with open(temp, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, indent=1, sort_keys=True)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temp, mode)
+        if owner is not None:
+            _chown(temp, owner)
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+
+
+def read_json(path, limit=_MANIFEST_MAX_BYTES):
+    """Content of a small JSON file we wrote, or None when missing, too large or unreadable."""
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
+def identity_of(source, repo_id=None, revision=None, path=None):
+    """What a manifest must record for its files to count as this source's files."""
+    if source == "hf":
+        return {"source": "hf", "repo_id": repo_id, "revision": revision}
+    return {"source": "path", "repo_id": repo_id, "path": path}
+
+
+def manifest_matches(manifest, identity):
+    if not isinstance(manifest, dict) or manifest.get("schema") != MANIFEST_SCHEMA:
+        return False
+    if not isinstance(manifest.get("files"), dict):
+        return False
+    return all(manifest.get(key) == value for key, value in identity.items())
+
+
+def build_manifest(identity, files, endpoint=None, verified_at=None):
+    data = dict(identity)
+    data.update(
+        schema=MANIFEST_SCHEMA,
+        endpoint=scrub(endpoint) if endpoint else None,
+        files={item["path"]: {"size": item["size"], "sha256": item["sha256"]} for item in files},
+        verified_at=verified_at,
+    )
+    return data
+
+
+def _manifest_body(manifest):
+    return {key: value for key, value in (manifest or {}).items() if key != "verified_at"}
+
+
+def write_manifest(dest, manifest, owner=None):
+    path = os.path.join(dest, MANIFEST_NAME)
+    _atomic_write_json(path, manifest, owner=owner)
+    return path
+
+
+def staging_dir(dest):
+    """``<dest parent>/.ttfleet-staging/<dest name>``: same filesystem as dest, outside the mounted weights."""
+    parent = os.path.dirname(os.path.normpath(dest))
+    return os.path.join(parent, STAGING_NAME, os.path.basename(os.path.normpath(dest)))
+
+
+def _read_staging_state(staging, identity):
+    """Files a previous run finished in staging, or None when staging is absent or was for another source."""
+    state = read_json(os.path.join(staging, STAGING_STATE))
+    if not isinstance(state, dict) or state.get("identity") != identity or not isinstance(state.get("files"), dict):
+        return None
+    return state["files"]
+
+
+def _open_staging(plan, owner):
+    """Staging ready for this source: kept when its state matches (resume), else cleared and started anew."""
+    staging = plan["staging"]
+    if plan["staged"] is None:
+        clear_staging(staging)
+        _makedirs(staging, owner)
+        _atomic_write_json(
+            os.path.join(staging, STAGING_STATE), {"identity": plan["identity"], "files": {}}, owner=owner
+        )
+        return {}
+    return dict(plan["staged"])
+
+
+def _expected_key(item):
+    """What a staged file was checked against; it stays valid while the source lists the same digest."""
+    if item.get("blob_sha1"):
+        return f"blob:{item['blob_sha1']}"
+    if item.get("lfs"):
+        return f"sha256:{item['sha256']}"
+    return f"size:{item['size']}"
+
+
+# ---------------------------------------------------------------------------
+# Planning
+
+
+def _dest_state(path):
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None, "missing"
+    except NotADirectoryError:
+        return None, "blocked"
+    if stat.S_ISDIR(st.st_mode):
+        return st, "directory"
+    if not stat.S_ISREG(st.st_mode):
+        return st, "not_regular"
+    return st, "file"
+
+
+def _check_inside(dest, rel):
+    """Refuse symlinked or non-directory components between dest and a file: writes must stay inside dest."""
+    current = dest
+    for part in rel.split("/")[:-1]:
+        current = os.path.join(current, part)
+        try:
+            st = os.lstat(current)
+        except FileNotFoundError:
+            return
+        if not stat.S_ISDIR(st.st_mode):
+            raise WeightsError(
+                f"{current} is a symlink or file where the model needs a directory; move it away and run again"
+            )
+
+
+def _extra_files(dest, wanted, limit=50):
+    extra = []
+    if not os.path.isdir(dest):
+        return extra
+    for current, dirs, names in os.walk(dest, followlinks=False):
+        dirs.sort()
+        rel_dir = os.path.relpath(current, dest)
+        for name in sorted(names):
+            rel = name if rel_dir == "." else f"{rel_dir.replace(os.sep, '/')}/{name}"
+            if rel != MANIFEST_NAME and rel not in wanted:
+                extra.append(rel)
+                if len(extra) >= limit:
+                    return extra
+    return extra
+
+
+def _attrs_ok(st, owner):
+    if stat.S_IMODE(st.st_mode) != FILE_MODE:
+        return False
+    return owner is None or (st.st_uid, st.st_gid) == owner
+
+
+def plan_weights(files, dest, identity, verify="auto", workers=4, owner=None, endpoint=None):
+    """Compare the source's files with ``dest`` and its manifest; reads, never writes.
+
+    ``verify``: ``sha256`` hashes every file already in dest, ``size`` trusts a manifest entry with the
+    same size (and sha256 for LFS files), ``auto`` is size when the manifest matches the source and
+    sha256 otherwise. A file the manifest does not cover is hashed in every mode. Returns a plan dict:
+    files (with sha256 filled in where known), to_fetch, missing, wrong_size, corrupt, not_regular,
+    extra, attrs (files whose owner or mode need fixing), bytes, staged state and the mode used.
+    """
+    dest = os.path.normpath(dest)
+    manifest = read_json(os.path.join(dest, MANIFEST_NAME))
+    matches = manifest_matches(manifest, identity)
+    mode = verify if verify != "auto" else ("size" if matches else "sha256")
+    recorded = manifest["files"] if matches else {}
+    files = [dict(item) for item in files]
+    plan = {
+        "dest": dest,
+        "identity": identity,
+        "endpoint": endpoint,
+        "verified": mode,
+        "files": files,
+        "manifest": manifest,
+        "manifest_matches": matches,
+        "to_fetch": [],
+        "missing": [],
+        "wrong_size": [],
+        "corrupt": [],
+        "not_regular": [],
+        "attrs": [],
+        "hashed": [],
+    }
+    to_hash = {}
+    for item in files:
+        rel = item["path"]
+        _check_inside(dest, rel)
+        st, kind = _dest_state(os.path.join(dest, *rel.split("/")))
+        item["dest_ino"] = None
+        if kind in ("missing", "blocked"):
+            plan["missing"].append(rel)
+            continue
+        if kind == "directory":
+            raise WeightsError(f"{os.path.join(dest, rel)} is a directory where the model has a file; move it away")
+        if kind == "not_regular":
+            plan["not_regular"].append(rel)
+            continue
+        if st.st_size != item["size"]:
+            plan["wrong_size"].append(rel)
+            continue
+        item["dest_ino"] = (st.st_dev, st.st_ino)
+        if "src" in item and (item["dev"], item["ino"]) == (st.st_dev, st.st_ino):
+            item["linked"] = True
+        elif not _attrs_ok(st, owner):
+            plan["attrs"].append(rel)
+        entry = recorded.get(rel)
+        trusted = (
+            mode == "size"
+            and isinstance(entry, dict)
+            and entry.get("size") == item["size"]
+            and isinstance(entry.get("sha256"), str)
+            and (item["sha256"] is None or entry["sha256"] == item["sha256"])
+        )
+        if trusted:
+            item["sha256"] = entry["sha256"]
+            continue
+        if item.get("linked"):
+            # Same inode as the source: identical by construction, one hash gives the manifest its digest.
+            to_hash[("dest", rel)] = (os.path.join(dest, rel), False)
+            continue
+        to_hash[("dest", rel)] = (os.path.join(dest, rel), item["blob_sha1"] is not None)
+        if "src" in item:
+            to_hash[("src", rel)] = (item["src"], False)
+
+    digests = hash_files(to_hash, workers)
+    for item in files:
+        rel = item["path"]
+        got = digests.get(("dest", rel))
+        if got is None:
+            continue
+        plan["hashed"].append(rel)
+        if "error" in got:
+            raise WeightsError(f"cannot read {got['error']}; fix its permissions or remove it")
+        if item.get("linked"):
+            ok = True
+        elif "src" in item:
+            src = digests[("src", rel)]
+            if "error" in src:
+                raise WeightsError(f"cannot read source file {src['error']}")
+            ok = got["sha256"] == src["sha256"]
+        elif item["sha256"] is not None:
+            ok = got["sha256"] == item["sha256"]
+        else:
+            ok = got["blob_sha1"] == item["blob_sha1"]
+        if ok:
+            item["sha256"] = got["sha256"]
+        else:
+            plan["corrupt"].append(rel)
+
+    bad = set(plan["missing"]) | set(plan["wrong_size"]) | set(plan["corrupt"]) | set(plan["not_regular"])
+    plan["to_fetch"] = [item["path"] for item in files if item["path"] in bad]
+    plan["attrs"] = [rel for rel in plan["attrs"] if rel not in bad]
+    by_path = {item["path"]: item for item in files}
+    staging = staging_dir(dest)
+    staged = _read_staging_state(staging, identity)
+    bytes_to_fetch = bytes_on_disk = bytes_staged = 0
+    for rel in plan["to_fetch"]:
+        item = by_path[rel]
+        done = (staged or {}).get(rel)
+        final = os.path.join(staging, *rel.split("/"))
+        if isinstance(done, dict) and done.get("expected") == _expected_key(item) and _size_of(final) == item["size"]:
+            bytes_staged += item["size"]
+            continue
+        partial = min(_size_of(final + PART_SUFFIX) or 0, item["size"]) if staged is not None else 0
+        bytes_staged += partial
+        if "src" in item and _same_filesystem(item, staging):
+            continue
+        bytes_to_fetch += item["size"] - partial
+        bytes_on_disk += item["size"] - partial
+    plan.update(
+        staging=staging,
+        staged=staged,
+        extra=_extra_files(dest, set(by_path)),
+        files_total=len(files),
+        bytes_total=sum(item["size"] for item in files),
+        bytes_to_fetch=bytes_to_fetch,
+        bytes_needed=bytes_on_disk,
+        bytes_staged=bytes_staged,
+        complete=not plan["to_fetch"],
+    )
+    return plan
+
+
+def _size_of(path):
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_size if stat.S_ISREG(st.st_mode) else None
+
+
+def _same_filesystem(item, staging):
+    """Whether a path-source file can be hardlinked into staging (and is safe to share: not world-writable)."""
+    if item["src_mode"] & stat.S_IWOTH:
+        return False
+    try:
+        return os.stat(nearest_existing(staging)).st_dev == item["dev"]
+    except OSError:
+        return False
+
+
+def free_bytes(path):
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def check_disk(dest, needed, margin_bytes, host, what):
+    """Fail before anything is written when the filesystem of ``dest`` cannot take ``needed`` + margin."""
+    if needed <= 0:
+        return None
+    where = nearest_existing(dest)
+    free = free_bytes(where)
+    if free < needed + margin_bytes:
+        raise WeightsError(
+            f"{host}: not enough free space for {what} in {dest}: the filesystem of {where} needs "
+            f"{human_bytes(needed + margin_bytes)} ({human_bytes(needed)} still to fetch + "
+            f"{human_bytes(margin_bytes)} margin, {needed + margin_bytes} bytes) and has {human_bytes(free)} free "
+            f"({free} bytes). Free space there, lower disk_margin_gb, or put the volume on a bigger filesystem"
+        )
+    return free
+
+
+# ---------------------------------------------------------------------------
+# Progress
+
+
+class Progress:
+    """Counts bytes moved and reports them: ``callback(done, total, file)`` on every block, and a JSON
+    status file (``done_bytes``, ``total_bytes``, ``rate``, ``eta``, ``file``) rewritten atomically at
+    most every ``interval`` seconds."""
+
+    def __init__(self, total, status_file=None, callback=None, interval=STATUS_INTERVAL, clock=time.monotonic):
+        self.total = total
+        self.done = 0
+        self.file = None
+        self.status_file = status_file
+        self.callback = callback
+        self.interval = interval
+        self.clock = clock
+        self.started = clock()
+        self.written = None
+
+    def advance(self, count, file):
+        self.done += count
+        self.file = file
+        if self.callback is not None:
+            self.callback(self.done, self.total, file)
+        now = self.clock()
+        if self.status_file and (self.written is None or now - self.written >= self.interval):
+            self.write(now)
+
+    def snapshot(self, now=None, state="running"):
+        now = self.clock() if now is None else now
+        elapsed = max(now - self.started, 1e-9)
+        rate = self.done / elapsed
+        remaining = max(self.total - self.done, 0)
+        return {
+            "state": state,
+            "done_bytes": self.done,
+            "total_bytes": self.total,
+            "rate": round(rate, 1),
+            "eta": round(remaining / rate, 1) if rate > 0 else None,
+            "file": self.file,
+            "updated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+
+    def write(self, now=None, state="running"):
+        if not self.status_file:
+            return
+        self.written = self.clock() if now is None else now
+        with contextlib.suppress(OSError):
+            _atomic_write_json(self.status_file, self.snapshot(now, state))
+
+
+# ---------------------------------------------------------------------------
+# Fetching into staging
+
+
+def _makedirs(path, owner):
+    missing = []
+    current = path
+    while not os.path.isdir(current):
+        missing.append(current)
+        current = os.path.dirname(current)
+    for directory in reversed(missing):
+        os.mkdir(directory, DIR_MODE)
+        os.chmod(directory, DIR_MODE)
+        if owner is not None:
+            _chown(directory, owner)
+
+
+def _chown(path, owner):
+    try:
+        st = os.lstat(path)
+        if (st.st_uid, st.st_gid) != owner:
+            os.lchown(path, owner[0], owner[1])
+    except PermissionError:
+        raise WeightsError(
+            f"cannot give {path} to uid {owner[0]} gid {owner[1]} as uid {os.getuid()}; run the task with "
+            "become: true, or set owner and group to the user running it"
+        ) from None
+
+
+def _record_staged(staging, identity, staged, rel, item, owner):
+    staged[rel] = {"expected": _expected_key(item), "sha256": item["sha256"], "size": item["size"]}
+    _atomic_write_json(os.path.join(staging, STAGING_STATE), {"identity": identity, "files": staged}, owner=owner)
+
+
+def _content_range_start(value):
+    match = re.match(r"^\s*bytes\s+(\d+)-", value or "")
+    return int(match.group(1)) if match else None
+
+
+def _unstaged(plan, staged, owner):
+    """(path, item, staged file) of every file still to fetch; files already complete in staging are skipped."""
+    by_path = {item["path"]: item for item in plan["files"]}
+    for rel in plan["to_fetch"]:
+        item = by_path[rel]
+        final = os.path.join(plan["staging"], *rel.split("/"))
+        done = staged.get(rel)
+        if isinstance(done, dict) and done.get("expected") == _expected_key(item) and _size_of(final) == item["size"]:
+            item["sha256"] = done["sha256"]
+            continue
+        _makedirs(os.path.dirname(final), owner)
+        yield rel, item, final
+
+
+def fetch_hf(hub, repo_id, sha, plan, progress, owner=None):
+    """Download every file of ``plan["to_fetch"]`` into staging, resuming ``.ttfleet-part`` files.
+
+    A server that answers a ``Range`` request with 200 (olah does) makes that file start over, counted
+    in ``restarts``. Each file is hashed while it streams and must match the digest of the tree API;
+    only then is it renamed to its final name in staging and recorded in the staging state.
+    Returns ``{"fetched_bytes", "restarts", "files"}``.
+    """
+    staging = plan["staging"]
+    staged = _open_staging(plan, owner)
+    stats = {"fetched_bytes": 0, "restarts": 0, "files": []}
+    for rel, item, final in _unstaged(plan, staged, owner):
+        got = _download(hub, repo_id, sha, item, final + PART_SUFFIX, progress, stats)
+        if got["sha256" if item["lfs"] else "blob_sha1"] != item["sha256" if item["lfs"] else "blob_sha1"]:
+            with contextlib.suppress(OSError):
+                os.unlink(final + PART_SUFFIX)
+            expected = item["sha256"] or f"git blob {item['blob_sha1']}"
+            actual = got["sha256"] if item["lfs"] else f"git blob {got['blob_sha1']}"
+            raise WeightsError(
+                f"{hub.endpoint} sent {rel} of {repo_id}@{sha} with the wrong content (expected {expected}, got "
+                f"{actual}); the partial file was removed, run again or use another hf_endpoint"
+            )
+        item["sha256"] = got["sha256"]
+        os.replace(final + PART_SUFFIX, final)
+        stats["files"].append(rel)
+        _record_staged(staging, plan["identity"], staged, rel, item, owner)
+    return stats
+
+
+def _download(hub, repo_id, sha, item, part, progress, stats):
+    rel, size = item["path"], item["size"]
+    url = hub.file_url(repo_id, sha, rel)
+    for attempt in range(NET_ATTEMPTS):
+        offset = _size_of(part) or 0
+        if offset > size:
+            os.truncate(part, 0)
+            offset = 0
+        digests = Digests(None if item["lfs"] else size)
+        if offset:
+            with open(part, "rb") as handle:
+                remaining = offset
+                while remaining:
+                    block = handle.read(min(HASH_CHUNK, remaining))
+                    if not block:
+                        break
+                    digests.update(block)
+                    remaining -= len(block)
+        if offset == size:
+            return digests.result()
+        headers = {"Range": f"bytes={offset}-"} if offset else {}
+        try:
+            with hub.open(url, f"file {rel} at {sha}", repo_id, headers) as resp:
+                status = getattr(resp, "status", 200)
+                start = _content_range_start(resp.headers.get("Content-Range")) if status == 206 else None
+                if offset and (status != 206 or start != offset):
+                    stats["restarts"] += 1
+                    progress.advance(-offset, rel)
+                    offset = 0
+                    digests = Digests(None if item["lfs"] else size)
+                with open(part, "r+b" if offset else "wb") as handle:
+                    handle.seek(offset)
+                    handle.truncate()
+                    while True:
+                        block = resp.read(NET_CHUNK)
+                        if not block:
+                            break
+                        handle.write(block)
+                        digests.update(block)
+                        stats["fetched_bytes"] += len(block)
+                        progress.advance(len(block), rel)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+        except _RETRYABLE as exc:
+            if attempt + 1 == NET_ATTEMPTS:
+                raise WeightsError(
+                    scrub(
+                        f"downloading {rel} of {repo_id} from {hub.endpoint} failed {NET_ATTEMPTS} times: "
+                        f"{getattr(exc, 'reason', None) or exc}; run again to resume",
+                        hub.token,
+                    )
+                ) from None
+            continue
+        got = _size_of(part)
+        if got == size:
+            return digests.result()
+        if attempt + 1 == NET_ATTEMPTS:
+            raise WeightsError(
+                f"{hub.endpoint} sent {got} bytes of {rel} of {repo_id} where the tree lists {size}; run again "
+                "to resume, or use another hf_endpoint"
+            )
+    raise WeightsError(f"downloading {rel} of {repo_id} did not finish")
+
+
+def fetch_path(plan, progress, workers, owner=None):
+    """Hardlink (same filesystem) or copy (``shutil.copy2``) the files of ``plan["to_fetch"]`` into staging.
+
+    Copies are hashed against their source afterwards; links are checked to share the source's inode.
+    """
+    staging = plan["staging"]
+    staged = _open_staging(plan, owner)
+    by_path = {item["path"]: item for item in plan["files"]}
+    stats = {"fetched_bytes": 0, "restarts": 0, "files": [], "linked": [], "copied": []}
+    copies = {}
+    for rel, item, final in _unstaged(plan, staged, owner):
+        for leftover in (final, final + PART_SUFFIX):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(leftover)
+        if _same_filesystem(item, staging):
+            os.link(item["src"], final)
+            st = os.stat(final)
+            if (st.st_dev, st.st_ino) != (item["dev"], item["ino"]):
+                raise WeightsError(f"{item['src']} changed while linking it into {staging}; run again")
+            item["linked"] = True
+            stats["linked"].append(rel)
+        else:
+            shutil.copy2(item["src"], final + PART_SUFFIX)
+            copies[rel] = final
+            stats["copied"].append(rel)
+            stats["fetched_bytes"] += item["size"]
+            progress.advance(item["size"], rel)
+    requests = {}
+    for rel, final in copies.items():
+        requests[("copy", rel)] = (final + PART_SUFFIX, False)
+        requests[("src", rel)] = (by_path[rel]["src"], False)
+    for rel in stats["linked"]:
+        requests[("copy", rel)] = (os.path.join(staging, *rel.split("/")), False)
+    digests = hash_files(requests, workers)
+    for rel in stats["linked"] + list(copies):
+        got = digests[("copy", rel)]
+        if "error" in got:
+            raise WeightsError(f"cannot read {got['error']}")
+        if rel in copies:
+            src = digests[("src", rel)]
+            if "error" in src or src["sha256"] != got["sha256"] or got["size"] != by_path[rel]["size"]:
+                with contextlib.suppress(OSError):
+                    os.unlink(copies[rel] + PART_SUFFIX)
+                raise WeightsError(
+                    f"the copy of {by_path[rel]['src']} differs from its source (changed while copying, or a "
+                    "failing disk); run again"
+                )
+            os.replace(copies[rel] + PART_SUFFIX, copies[rel])
+        by_path[rel]["sha256"] = got["sha256"]
+        stats["files"].append(rel)
+        _record_staged(staging, plan["identity"], staged, rel, by_path[rel], owner)
+    return stats
+
+
+# ---------------------------------------------------------------------------
+# Placement and ownership
+
+
+def _set_attrs(path, owner):
+    st = os.lstat(path)
+    if stat.S_IMODE(st.st_mode) != FILE_MODE:
+        os.chmod(path, FILE_MODE)
+    if owner is not None:
+        _chown(path, owner)
+
+
+def place_files(plan, owner=None):
+    """Move staged files into dest with ``os.replace`` (dest created when missing), then clear staging.
+
+    Only the planned paths are touched; a symlink at a planned path is replaced, never followed.
+    Files hardlinked from a path source keep the source's owner and mode (they are the same inode).
+    """
+    dest, staging = plan["dest"], plan["staging"]
+    by_path = {item["path"]: item for item in plan["files"]}
+    _makedirs(dest, owner)
+    for rel in plan["to_fetch"]:
+        _check_inside(dest, rel)
+        target = os.path.join(dest, *rel.split("/"))
+        _makedirs(os.path.dirname(target), owner)
+        staged = os.path.join(staging, *rel.split("/"))
+        if not by_path[rel].get("linked"):
+            _set_attrs(staged, owner)
+        os.replace(staged, target)
+    for rel in plan["attrs"]:
+        _set_attrs(os.path.join(dest, *rel.split("/")), owner)
+    clear_staging(staging)
+
+
+def clear_staging(staging):
+    """Remove this destination's staging directory and ``.ttfleet-staging`` when it is left empty."""
+    if os.path.isdir(staging) and not os.path.islink(staging):
+        shutil.rmtree(staging)
+    with contextlib.suppress(OSError):
+        os.rmdir(os.path.dirname(staging))
+
+
+# ---------------------------------------------------------------------------
+# The whole step
+
+
+def _summary(plan, label):
+    files_ok = plan["files_total"] - len(plan["to_fetch"])
+    lines = [f"source: {label}"]
+    lines.append(f"files: {files_ok} of {plan['files_total']} complete ({human_bytes(plan['bytes_total'])} in all)")
+    for key in ("missing", "wrong_size", "corrupt", "not_regular"):
+        if plan[key]:
+            lines.append(f"{key.replace('_', ' ')}: {', '.join(plan[key])}")
+    if plan["attrs"]:
+        lines.append(f"owner or mode to fix: {', '.join(plan['attrs'])}")
+    return lines
+
+
+def diff_of(plan, label, manifest_changed):
+    before = _summary(plan, label)
+    before.append(f"manifest: {'matches' if plan['manifest_matches'] else 'absent or for another source'}")
+    after = [
+        f"source: {label}",
+        f"files: {plan['files_total']} of {plan['files_total']} complete ({human_bytes(plan['bytes_total'])} in all)",
+    ]
+    if plan["to_fetch"]:
+        after.append(
+            f"fetch: {len(plan['to_fetch'])} files, {human_bytes(plan['bytes_to_fetch'])} to move "
+            f"({human_bytes(plan['bytes_staged'])} already staged)"
+        )
+    after.append(f"manifest: {'written' if manifest_changed else 'matches'}")
+    return {
+        "before_header": plan["dest"],
+        "after_header": plan["dest"],
+        "before": "\n".join(before) + "\n",
+        "after": "\n".join(after) + "\n",
+    }
+
+
+def sync_weights(options, check_mode=False, callback=None, hub=None):
+    """Plan, and unless ``check_mode`` fetch, place and record the weights. Returns the module's result.
+
+    ``options`` holds the module's parameters (see plugins/modules/model_weights.py). ``callback`` gets
+    ``(done_bytes, total_bytes, file)`` while bytes move.
+    """
+    dest = os.path.normpath(options["dest"])
+    if not os.path.isabs(dest):
+        raise WeightsError(f"dest {dest!r} must be an absolute path")
+    source = options.get("source") or "hf"
+    owner = (
+        1000 if options.get("owner") is None else options["owner"],
+        1000 if options.get("group") is None else options["group"],
+    )
+    workers = options.get("workers") or min(8, os.cpu_count() or 1)
+    allow, ignore = options.get("allow_patterns"), options.get("ignore_patterns")
+    host = options.get("host") or socket.gethostname()
+    repo_id = options.get("repo_id")
+    token = options.get("hf_token")
+    try:
+        if source == "hf":
+            if not repo_id:
+                raise WeightsError("source hf needs repo_id, e.g. Qwen/Qwen3-32B")
+            hub = hub or Hub(options.get("hf_endpoint"), token, options.get("timeout") or 60)
+            sha, files = list_hf_source(
+                hub, repo_id, options.get("revision"), options.get("allow_floating_revision"), allow, ignore
+            )
+            identity = identity_of("hf", repo_id, sha)
+            endpoint = hub.endpoint
+            label = f"hf {repo_id}@{sha} from {scrub(endpoint)}"
+        else:
+            root = options.get("path")
+            if not root or not os.path.isabs(root):
+                raise WeightsError(f"source path needs path, an absolute directory (got {root!r})")
+            root = os.path.normpath(root)
+            if os.path.realpath(root) == os.path.realpath(dest):
+                raise WeightsError(f"path {root} is dest itself; point path at another copy of the model")
+            sha, files, endpoint = None, list_path_source(root, allow, ignore), None
+            identity = identity_of("path", repo_id, path=root)
+            label = f"path {root}"
+        if not files:
+            raise WeightsError(
+                f"{label} has no files left after allow_patterns {list(allow or [])} and ignore_patterns "
+                f"{list(ignore or [])}; check repo_id, revision and the patterns"
+            )
+        plan = plan_weights(files, dest, identity, options.get("verify") or "auto", workers, owner, endpoint)
+        margin = int(float(options.get("disk_margin_gb", 10)) * (1 << 30))
+        check_disk(dest, plan["bytes_needed"], margin, host, f"the weights of {repo_id or label}")
+
+        stats = {"fetched_bytes": 0, "restarts": 0, "files": []}
+        if plan["to_fetch"] and not check_mode:
+            progress = Progress(plan["bytes_to_fetch"], options.get("status_file"), callback)
+            try:
+                if source == "hf":
+                    stats = fetch_hf(hub, repo_id, sha, plan, progress, owner)
+                else:
+                    stats = fetch_path(plan, progress, workers, owner)
+            finally:
+                progress.write(state="stopped")
+            place_files(plan, owner)
+            progress.write(state="done")
+        elif plan["attrs"] and not check_mode:
+            place_files(plan, owner)
+
+        verified_at = (
+            time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            if plan["hashed"] or plan["to_fetch"]
+            else ((plan["manifest"] or {}).get("verified_at"))
+        )
+        manifest = build_manifest(identity, plan["files"], endpoint, verified_at)
+        manifest_changed = _manifest_body(manifest) != _manifest_body(plan["manifest"]) or not plan["manifest_matches"]
+        if not check_mode and manifest_changed:
+            _makedirs(dest, owner)
+            write_manifest(dest, manifest, owner)
+    except WeightsError as exc:
+        raise WeightsError(scrub(exc, token)) from None
+    except OSError as exc:
+        raise WeightsError(scrub(f"{host}: writing the weights of {repo_id or dest} failed: {exc}", token)) from None
+
+    changed = bool(plan["to_fetch"] or plan["attrs"] or manifest_changed)
+    return {
+        "changed": changed,
+        "dest": dest,
+        "plan": {
+            "source": label,
+            "revision": sha,
+            "files_total": plan["files_total"],
+            "bytes_total": plan["bytes_total"],
+            "to_fetch": plan["to_fetch"],
+            "bytes_to_fetch": plan["bytes_to_fetch"],
+            "bytes_staged": plan["bytes_staged"],
+            "missing": plan["missing"],
+            "wrong_size": plan["wrong_size"],
+            "corrupt": plan["corrupt"],
+            "extra": plan["extra"],
+            "complete": plan["complete"],
+        },
+        "revision": sha,
+        "fetched_bytes": stats["fetched_bytes"],
+        "restarts": stats["restarts"],
+        "hashed": plan["hashed"],
+        "verified": plan["verified"],
+        "manifest": os.path.join(dest, MANIFEST_NAME),
+        "diff": diff_of(plan, label, manifest_changed),
+    }

@@ -1,0 +1,347 @@
+#!/usr/bin/python
+# Copyright (c) ttfleet.inference contributors
+# SPDX-License-Identifier: Apache-2.0
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: model_weights
+short_description: Fetch, verify and record model weights in a tt-inference-server volume
+version_added: 0.1.0
+description:
+  - Makes O(dest) (normally C(<volume>/weights/<model_name>)) hold the files of a model as a plain
+    C(--local-dir) layout (real files, no Hugging Face cache symlinks), which is what tt-inference-server mounts.
+  - "Sources: V(hf) speaks the Hugging Face Hub HTTP protocol itself (no huggingface_hub needed on the host) against
+    O(hf_endpoint), for example huggingface.co or a mirror such as olah; V(path) takes the files from a local or NFS
+    directory, hardlinking them when it is on the filesystem of O(dest) and copying them otherwise."
+  - Files are fetched into C(<parent of dest>/.ttfleet-staging/<name of dest>/) on the same filesystem, checked
+    against the digests of the source while they stream, and renamed into O(dest) only when every planned file is
+    complete, so a half-downloaded model is never in place. An interrupted run leaves its partial files there and
+    the next run resumes them (with an HTTP C(Range) request; a server that ignores it makes that one file start
+    over) without fetching finished files again.
+  - A manifest C(.ttfleet-manifest.json) in O(dest) records the source, repository, resolved commit and the size
+    and sha256 of every file. With O(verify=auto) a run whose manifest matches the source only compares sizes, so a
+    converged host never re-hashes its weights; otherwise every file in place is hashed (in parallel) and a missing,
+    truncated or corrupt file is fetched again on its own.
+  - Files in O(dest) that are not part of the source (after the patterns) are reported in RV(plan.extra) and
+    never touched.
+  - Before writing anything, the free space of the filesystem of O(dest) must cover the bytes still to fetch plus
+    O(disk_margin_gb); otherwise the module fails naming the host, the path, the space needed and the space free.
+extends_documentation_fragment:
+  - ttfleet.inference.attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Lists the source and compares it with O(dest) (hashing files when O(verify) asks for it) and writes nothing,
+        not even the staging directory.
+  diff_mode:
+    support: full
+    details:
+      - The diff summarises O(dest) before and after (files complete, missing, corrupt, bytes to move and the
+        source used). It never shows the token.
+  idempotent:
+    support: full
+options:
+  dest:
+    description:
+      - Absolute path of the weights directory, normally C(<volume>/weights/<model_name>). Created when missing
+        (with its missing parents), owned by O(owner) and O(group), mode C(0755).
+      - Its parent directory also holds the staging directory, so both are on one filesystem.
+    type: path
+    required: true
+  source:
+    description:
+      - Where the files come from. V(hf) is a Hugging Face Hub (or mirror) at O(hf_endpoint), V(path) a directory
+        on the host given by O(path).
+    type: str
+    choices: [hf, path]
+    default: hf
+  repo_id:
+    description:
+      - The Hugging Face repository, for example V(Qwen/Qwen3-32B). Required when O(source=hf); recorded in the
+        manifest for O(source=path).
+    type: str
+  revision:
+    description:
+      - The commit of O(repo_id) to fetch, a full 40-character SHA.
+      - A branch, tag or abbreviated SHA is refused unless O(allow_floating_revision=true); it is then resolved to
+        its commit SHA, which is fetched and recorded.
+    type: str
+  allow_floating_revision:
+    description:
+      - Accept a branch or tag name in O(revision) (V(main) when O(revision) is not set). Each run then follows it,
+        and a moved branch fetches the changed files.
+    type: bool
+    default: false
+  hf_endpoint:
+    description:
+      - Base URL of the Hub or of a mirror that speaks its protocol.
+      - When not set, the E(HF_ENDPOINT) environment variable of the module is used, then V(https://huggingface.co).
+    type: str
+    default: https://huggingface.co
+  hf_token:
+    description:
+      - Hugging Face access token for gated or private repositories. Requests go out without it first and it is sent
+        (as C(Authorization) header, never to another host after a redirect) only once the repository refuses them.
+      - When not set, the E(HF_TOKEN) environment variable of the module is used.
+      - Never shown in results, errors or diffs.
+    type: str
+  path:
+    description:
+      - The directory holding the model files when O(source=path), for example an NFS share or another volume.
+        Symlinked files (as in a Hugging Face cache snapshot) are read through. The top-level C(.cache) and C(.git)
+        directories are skipped.
+    type: path
+  allow_patterns:
+    description:
+      - Only files whose path matches one of these shell patterns are fetched (C(*) also matches C(/); a pattern
+        ending in C(/) means everything below). All files when not set.
+    type: list
+    elements: str
+  ignore_patterns:
+    description:
+      - Files whose path matches one of these patterns are skipped. The default skips Meta's original checkpoints,
+        which tt-inference-server does not read.
+    type: list
+    elements: str
+    default: ['original/**']
+  verify:
+    description:
+      - How files already in O(dest) are checked. Fetched files are always checked against the source's digests
+        while they stream (sha256 for LFS files, the git blob id for others).
+      - V(sha256) hashes every file. A non-LFS file of a Hub repository is checked against its git blob id; its
+        sha256 is recorded in the manifest either way.
+      - V(size) trusts a manifest entry of the same source with the same size (and the same sha256 for LFS files);
+        files the manifest does not cover are hashed.
+      - V(auto) is V(size) when the manifest matches the source and V(sha256) otherwise.
+    type: str
+    choices: [auto, sha256, size]
+    default: auto
+  workers:
+    description:
+      - Files hashed in parallel. Defaults to the number of CPUs, at most 8.
+    type: int
+  disk_margin_gb:
+    description:
+      - GiB that must stay free on the filesystem of O(dest) on top of the bytes still to fetch.
+    type: float
+    default: 10
+  owner:
+    description:
+      - UID that owns the files and directories written (the containers run as UID 1000). Files get mode C(0644),
+        directories C(0755); files of a model already in place are corrected.
+      - Files hardlinked from O(path) share their inode with the source and keep its owner and mode; a world-writable
+        source file is copied instead.
+    type: int
+    default: 1000
+  group:
+    description:
+      - GID of the files and directories written.
+    type: int
+    default: 1000
+  status_file:
+    description:
+      - While bytes move, a JSON file rewritten atomically about every 2 seconds with C(state), C(done_bytes),
+        C(total_bytes), C(rate) (bytes per second), C(eta) (seconds), C(file) and C(updated_at), for a progress
+        reporter to poll.
+    type: path
+  host:
+    description:
+      - Name of the host in messages. Defaults to the host name.
+    type: str
+  timeout:
+    description:
+      - Seconds an HTTP connection may stay silent before it counts as failed (and is retried, resuming).
+    type: int
+    default: 60
+notes:
+  - Sizes in messages are binary units (GiB), as tt-inference-server counts disk.
+  - The manifest records where the files came from; it holds no secret.
+seealso:
+  - module: ttfleet.inference.volume_facts
+    description: Finds the volume whose C(weights/<model_name>) this module fills.
+  - name: Hugging Face Hub download guide
+    description: The --local-dir layout and the endpoints a snapshot uses.
+    link: https://huggingface.co/docs/huggingface_hub/guides/download
+author:
+  - ttfleet.inference maintainers (@ttfleet)
+"""
+
+EXAMPLES = r"""
+- name: Fetch Qwen3-32B at a pinned commit into its volume
+  ttfleet.inference.model_weights:
+    dest: /opt/tt-cache/volume_id_tt_transformers-Qwen3-32B-v0.17.0/weights/Qwen3-32B
+    repo_id: Qwen/Qwen3-32B
+    revision: 9216db5781bf21249d130ec9da846c4624c16137
+    status_file: /run/ttfleet/Qwen3-32B.progress.json
+
+- name: Fetch a gated model from a site mirror
+  ttfleet.inference.model_weights:
+    dest: /opt/tt-cache/volume_id_tt_transformers-Llama-3.1-8B-Instruct-v0.19.0/weights/Llama-3.1-8B-Instruct
+    repo_id: meta-llama/Llama-3.1-8B-Instruct
+    revision: 0e9e39f249a16976918f6564b8830bc894c89659
+    hf_endpoint: http://hf-mirror.lab:8090
+    hf_token: "{{ vault_hf_token }}"
+  no_log: true
+
+- name: Take the weights from an NFS share (copied, verified, recorded)
+  ttfleet.inference.model_weights:
+    dest: /opt/tt-cache/volume_id_tt_transformers-Qwen3-32B-v0.17.0/weights/Qwen3-32B
+    source: path
+    path: /mnt/models/Qwen3-32B
+    repo_id: Qwen/Qwen3-32B
+
+- name: Re-hash everything once, for example after a disk error
+  ttfleet.inference.model_weights:
+    dest: /opt/tt-cache/volume_id_tt_transformers-Qwen3-32B-v0.17.0/weights/Qwen3-32B
+    repo_id: Qwen/Qwen3-32B
+    revision: 9216db5781bf21249d130ec9da846c4624c16137
+    verify: sha256
+"""
+
+RETURN = r"""
+dest:
+  description: The weights directory, normalized.
+  returned: always
+  type: str
+  sample: /opt/tt-cache/volume_id_tt_transformers-Qwen3-32B-v0.17.0/weights/Qwen3-32B
+revision:
+  description: The commit SHA fetched (O(revision) resolved); V(null) for O(source=path).
+  returned: always
+  type: str
+  sample: 9216db5781bf21249d130ec9da846c4624c16137
+plan:
+  description: What the source holds and what had to move (or would, in check mode).
+  returned: always
+  type: dict
+  contains:
+    source:
+      description: The source used, as text (kind, repository, commit and endpoint, or the directory).
+      type: str
+      sample: hf Qwen/Qwen3-32B@9216db5781bf21249d130ec9da846c4624c16137 from https://huggingface.co
+    revision:
+      description: Same as RV(revision).
+      type: str
+    files_total:
+      description: Files of the source after the patterns.
+      type: int
+      sample: 23
+    bytes_total:
+      description: Their total size.
+      type: int
+      sample: 65535602688
+    to_fetch:
+      description: Files that were missing, of the wrong size, corrupt or not regular files, in source order.
+      type: list
+      elements: str
+      sample: [model-00003-of-00017.safetensors]
+    bytes_to_fetch:
+      description: Bytes still to download or copy (parts already staged by an interrupted run are not counted).
+      type: int
+    bytes_staged:
+      description: Bytes of RV(plan.to_fetch) found already in staging from an interrupted run.
+      type: int
+    missing:
+      description: Files absent from O(dest).
+      type: list
+      elements: str
+    wrong_size:
+      description: Files in O(dest) whose size differs from the source.
+      type: list
+      elements: str
+    corrupt:
+      description: Files in O(dest) of the right size whose digest differs from the source.
+      type: list
+      elements: str
+    extra:
+      description: Files in O(dest) that are not part of the source (at most 50); they are left alone.
+      type: list
+      elements: str
+    complete:
+      description: Whether O(dest) held every file intact before the run.
+      type: bool
+fetched_bytes:
+  description: Bytes downloaded or copied in this run (hardlinks move none).
+  returned: always
+  type: int
+  sample: 3153096
+restarts:
+  description: Partial downloads the server would not resume (it ignored C(Range)), which started over.
+  returned: always
+  type: int
+  sample: 0
+hashed:
+  description: Files in O(dest) that were hashed to check them (empty on a converged run with O(verify=auto)).
+  returned: always
+  type: list
+  elements: str
+verified:
+  description: How files already in O(dest) were checked, V(sha256) or V(size).
+  returned: always
+  type: str
+  sample: size
+manifest:
+  description: Path of the manifest.
+  returned: always
+  type: str
+  sample: /opt/tt-cache/volume_id_tt_transformers-Qwen3-32B-v0.17.0/weights/Qwen3-32B/.ttfleet-manifest.json
+"""
+
+from ansible.module_utils.basic import AnsibleModule, env_fallback
+
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights import (
+    DEFAULT_ENDPOINT,
+    DEFAULT_IGNORE_PATTERNS,
+    WeightsError,
+    scrub,
+    sync_weights,
+)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            dest=dict(type="path", required=True),
+            source=dict(type="str", choices=["hf", "path"], default="hf"),
+            repo_id=dict(type="str"),
+            revision=dict(type="str"),
+            allow_floating_revision=dict(type="bool", default=False),
+            hf_endpoint=dict(type="str", default=DEFAULT_ENDPOINT, fallback=(env_fallback, ["HF_ENDPOINT"])),
+            hf_token=dict(type="str", no_log=True, fallback=(env_fallback, ["HF_TOKEN"])),
+            path=dict(type="path"),
+            allow_patterns=dict(type="list", elements="str"),
+            ignore_patterns=dict(type="list", elements="str", default=list(DEFAULT_IGNORE_PATTERNS)),
+            verify=dict(type="str", choices=["auto", "sha256", "size"], default="auto"),
+            workers=dict(type="int"),
+            disk_margin_gb=dict(type="float", default=10),
+            owner=dict(type="int", default=1000),
+            group=dict(type="int", default=1000),
+            status_file=dict(type="path"),
+            host=dict(type="str"),
+            timeout=dict(type="int", default=60),
+        ),
+        required_if=[("source", "hf", ["repo_id"]), ("source", "path", ["path"])],
+        supports_check_mode=True,
+    )
+    params = module.params
+    token = params["hf_token"]
+    try:
+        if params["disk_margin_gb"] < 0:
+            raise WeightsError(f"disk_margin_gb must not be negative, got {params['disk_margin_gb']}")
+        if params["workers"] is not None and params["workers"] < 1:
+            raise WeightsError(f"workers must be at least 1, got {params['workers']}")
+        result = sync_weights(params, check_mode=module.check_mode)
+    except WeightsError as exc:
+        module.fail_json(msg=scrub(exc, token))
+    except Exception as exc:  # A traceback would carry request details; keep only the scrubbed text.
+        module.fail_json(msg=scrub(f"model_weights failed for {params['dest']}: {type(exc).__name__}: {exc}", token))
+
+    diff = result.pop("diff")
+    if module._diff:
+        result["diff"] = diff
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
