@@ -243,9 +243,9 @@ def tensor_cache_meshes(volume_path, model_name):
     return sorted(meshes)
 
 
-def read_manifest(volume_path):
-    """Presence and content of the completion marker a later role writes."""
-    path = os.path.join(volume_path, MANIFEST_NAME)
+def read_manifest(weights_path):
+    """Presence and content of the manifest that ttfleet.inference.model_weights writes beside the weights."""
+    path = os.path.join(weights_path, MANIFEST_NAME)
     result = {"path": path, "present": False, "data": None, "error": None}
     try:
         st = os.stat(path)
@@ -347,10 +347,11 @@ def describe_volume(path, model_name=None, sizes=False):
     else:
         info["weights"] = weights_status(os.path.join(path, "weights", model or ""))
         info["tensor_cache_meshes"] = []
+    weights_dir = os.path.join(path, "weights", model or "")
     info["manifest"] = (
-        read_manifest(path)
-        if info["exists"]
-        else {"path": os.path.join(path, MANIFEST_NAME), "present": False, "data": None, "error": None}
+        read_manifest(weights_dir)
+        if info["exists"] and model
+        else {"path": os.path.join(weights_dir, MANIFEST_NAME), "present": False, "data": None, "error": None}
     )
     if sizes:
         if info["exists"]:

@@ -34,8 +34,8 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._facts import nearest_existing
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
 
-MANIFEST_NAME = ".ttfleet-manifest.json"
 STAGING_NAME = ".ttfleet-staging"
 STAGING_STATE = ".ttfleet-staging.json"
 PART_SUFFIX = ".ttfleet-part"

@@ -187,7 +187,7 @@ volumes:
       elements: str
       sample: [P300x2]
     manifest:
-      description: The completion manifest C(.ttfleet-manifest.json) at the top of the volume.
+      description: The weights manifest C(weights/<model_name>/.ttfleet-manifest.json) that M(ttfleet.inference.model_weights) writes.
       type: dict
       contains:
         path:

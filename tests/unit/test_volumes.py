@@ -299,7 +299,7 @@ def test_scan_root_reports_every_kind(tmp_path):
     os.symlink(QB2, root / EXPECTED)
     os.symlink("gone", root / "volume_id_tt_transformers-Qwen3-32B-v0.14.0")
     touch(str(root / "volume_id_tt_transformers-Qwen3-32B-v0.1.0"))
-    touch(os.path.join(real, ".ttfleet-manifest.json"), b'{"complete": true}')
+    touch(os.path.join(real, "weights", "Qwen3-32B", ".ttfleet-manifest.json"), b'{"complete": true}')
     volumes, warnings = scan_root(str(root))
     assert warnings == []
     by_name = {v["name"]: v for v in volumes}
