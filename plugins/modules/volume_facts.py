@@ -187,7 +187,9 @@ volumes:
       elements: str
       sample: [P300x2]
     manifest:
-      description: The weights manifest C(weights/<model_name>/.ttfleet-manifest.json) that M(ttfleet.inference.model_weights) writes.
+      description: >-
+        The weights manifest C(weights/<model_name>/.ttfleet-manifest.json) that
+        M(ttfleet.inference.model_weights) writes.
       type: dict
       contains:
         path:

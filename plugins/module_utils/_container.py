@@ -1,0 +1,363 @@
+# Copyright (c) ttfleet.inference contributors
+# SPDX-License-Identifier: Apache-2.0
+
+"""The ``docker run`` command of tt-inference-server (TTIS), computed from a model spec.
+
+Pure functions, standard library only. The rules are those of ``generate_docker_run_command`` in
+TTIS ``workflows/run_docker_server.py`` together with ``SetupConfig`` (``workflows/setup_host.py``),
+``ModelSpec.apply_overrides`` (``workflows/model_spec.py``) and the image version check of
+``workflows/validate_setup.py``, as run by ``run.py --docker-server --print-docker-cmd``.
+Differences between releases are keyed on the catalog's release version (see ``_rules``).
+
+Deliberate differences from run.py: the container name is stable instead of random, the env file
+is ours instead of ``<checkout>/.env``, and secrets (``API_KEY``, ``OPENAI_API_KEY``) stay in that
+env file instead of being copied onto the command line with ``-e``.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+
+from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
+    CONTAINER_CACHE_ROOT,
+    CONTAINER_HOME,
+    MIN_CURRENT_INTERFACE_VERSION,
+    SpecError,
+    derive,
+    is_legacy_interface,
+    named_volume,
+    parse_image_version,
+    parse_version_tuple,
+    volume_name,
+)
+
+DEFAULT_PORT = 8000
+DEFAULT_BIND_HOST = "0.0.0.0"
+# The UID of the release images; run.py adds --user only for another value.
+DEFAULT_IMAGE_USER = "1000"
+ENV_FILE_DIR = "/etc/ttfleet/serve"
+
+DEVICE_PATH = "/dev/tenstorrent"
+HUGEPAGES_MOUNT = "type=bind,src=/dev/hugepages-1G,dst=/dev/hugepages-1G"
+READONLY_WEIGHTS_MOUNT = CONTAINER_HOME + "/readonly_weights_mount"
+# Media and forge servers (uvicorn and the C++ server) always listen on 8000 inside the container.
+MEDIA_CONTAINER_PORT = 8000
+
+# DeviceTypes.is_multihost(): run.py starts worker containers over ssh plus a controller for these.
+MULTIHOST_DEVICES = frozenset({"DUAL_GALAXY", "QUAD_GALAXY", "SUPER_CLUSTER"})
+
+# The SDXL models that run.py starts in the media image's C++ server (SERVER_MODE=cpp), and the
+# per-device settings it passes them: (DEVICE_MESH_SHAPE, IS_GALAXY, DEVICE_IDS).
+CPP_SDXL_RUNNERS = {
+    "stable-diffusion-xl-base-1.0": "tt_sdxl_generate",
+    "stable-diffusion-xl-base-1.0-img-2-img": "tt_sdxl_image_to_image",
+    "stable-diffusion-xl-1.0-inpainting-0.1": "tt_sdxl_edit",
+}
+_THIRTY_TWO_DEVICES = ",".join(f"({index})" for index in range(32))
+CPP_SDXL_DEVICES = {
+    "n150": ("1,1", False, "(0)"),
+    "n300": ("2,1", False, "(0)"),
+    "t3k": ("2,1", False, "(0),(1),(2),(3)"),
+    "galaxy": ("1,1", True, _THIRTY_TWO_DEVICES),
+    "p150": ("1,1", False, "(0)"),
+    "p300": ("2,1", False, "(0,1)"),
+    "p300x2": ("2,1", False, "(0,1),(2,3)"),
+    "p150x4": ("2,1", False, "(0,1),(2,3)"),
+    "p150x8": ("2,1", False, "(0,1),(2,3),(4,5),(6,7)"),
+    "blackhole_galaxy": ("1,1", False, _THIRTY_TWO_DEVICES),
+}
+
+# Releases in which run_docker_server.py changed what this module reproduces.
+_SPLIT_PUBLISH = (0, 14, 0)  # media/forge publish HOST:P:8000 and take no container arguments
+_MEDIA_SPEC_ENV = (0, 15, 0)  # spec env_vars and NO_AUTH passed to media/forge; SDXL C++ server
+_CPP_NEEDS_DEVICE = (0, 16, 0)  # C++ server only on the devices of its table (v0.15 failed otherwise)
+_MEDIA_HF_HOME = (0, 19, 0)  # HF_HOME on the cache_root volume for media/forge
+
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+_TOKEN = re.compile(r"^[A-Za-z0-9_.:\[\]%-]+$")
+_NAME_OK = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
+_NAME_BAD = re.compile(r"[^a-zA-Z0-9_.-]+")
+_MAX_NAME = 128
+
+
+def _rules(release_version):
+    """Which release-dependent rules apply; an unknown release gets the newest ones."""
+    released = parse_version_tuple(release_version)
+
+    def since(first):
+        return released is None or released >= first
+
+    return {
+        "split_publish": since(_SPLIT_PUBLISH),
+        "media_spec_env": since(_MEDIA_SPEC_ENV),
+        "cpp_needs_device": since(_CPP_NEEDS_DEVICE),
+        "media_hf_home": since(_MEDIA_HF_HOME),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Input checks
+
+
+def sanitise_name(value):
+    """A Docker container name made from ``value``: runs of other characters become ``-``.
+
+    The result also names the env file, so it never holds ``/`` or starts with ``.`` or ``-``.
+    """
+    text = _NAME_BAD.sub("-", str(value))
+    text = re.sub(r"\.{2,}", ".", text)
+    text = re.sub(r"-{2,}", "-", text).strip("-_.")[:_MAX_NAME].rstrip("-_.")
+    if not _NAME_OK.match(text):
+        raise SpecError(
+            f"name {value!r} has no usable characters for a container name; use letters, digits, '_', '.' and '-'."
+        )
+    return text
+
+
+def default_name(model_name, device, port):
+    """Stable container name ``tt-<model_name>-<device>[-<port>]`` (the port only when not 8000)."""
+    suffix = f"-{port}" if int(port) != DEFAULT_PORT else ""
+    return sanitise_name(f"tt-{model_name}-{device}{suffix}".lower())
+
+
+def _absolute_path(value, option, mount=False):
+    if not isinstance(value, str) or not value or _CONTROL_CHARS.search(value):
+        raise SpecError(f"{option} {value!r} must be an absolute path without control characters.")
+    path = os.path.expanduser(value)
+    if not posixpath.isabs(path):
+        raise SpecError(f"{option} {value!r} must be an absolute path (for example /opt/tt-cache).")
+    path = posixpath.normpath(path)
+    if mount and "," in path:
+        # docker run --mount splits its value on commas.
+        raise SpecError(f"{option} {value!r} contains ',', which docker run --mount cannot take; rename the directory.")
+    return path
+
+
+def _token(value, option, example):
+    text = str(value) if value is not None else ""
+    if not text or not _TOKEN.match(text) or text.startswith("-"):
+        raise SpecError(f"{option} {value!r} is not valid; give a single word such as {example}.")
+    return text
+
+
+def _image(value):
+    if not isinstance(value, str) or not value or value.startswith("-") or re.search(r"[\s\x00-\x1f\x7f]", value):
+        raise SpecError(
+            f"image {value!r} is not a Docker image reference; give repository:tag, for example "
+            "ghcr.io/tenstorrent/tt-inference-server/vllm-tt-metal-src-release-ubuntu-22.04-amd64:0.20.0-de59f8a-03fa3af."
+        )
+    return value
+
+
+def _port(value):
+    try:
+        port = int(value)
+    except (TypeError, ValueError):
+        port = 0
+    if isinstance(value, bool) or not 1 <= port <= 65535 or str(port) != str(value).strip():
+        raise SpecError(f"port {value!r} must be an integer from 1 to 65535 (run.py --service-port).")
+    return port
+
+
+def _device_ids(values):
+    ids = []
+    for value in values or ():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise SpecError(
+                f"device_ids {values!r} must be non-negative integers (indices of /dev/tenstorrent/N), got {value!r}."
+            )
+        ids.append(value)
+    return ids
+
+
+def _legacy_message(derived, image, version, release):
+    commits = ", ".join(
+        f"{label} {commit}"
+        for label, commit in (("tt-metal", derived["tt_metal_commit"]), ("vLLM", derived["vllm_commit"]))
+        if commit
+    )
+    minimum = ".".join(str(part) for part in MIN_CURRENT_INTERFACE_VERSION)
+    return (
+        f"{derived['model_name']} on {derived['device']} pins image {image}, version v{version}, older than "
+        f"v{minimum}: run.py {release} refuses it ('Image v{version} is not supported in this version of run.py') "
+        "because such images use the older container interface (gosu entrypoint, MODEL_WEIGHTS_PATH and a runtime "
+        "model spec JSON written by that release's run.py), which this module does not generate. Set image to a "
+        f"v{minimum} or newer build of the same commits ({commits or 'see the spec'}), or serve the model with "
+        f"tt-inference-server release v{version}."
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The command
+
+
+def _media_env(spec, derived, rules):
+    """Environment run.py adds for media and forge images, in its order."""
+    env = {}
+    device = derived["device"]
+    cpp = derived["inference_engine"] == "media" and derived["model_name"] in CPP_SDXL_RUNNERS
+    if cpp and rules["cpp_needs_device"]:
+        cpp = device in CPP_SDXL_DEVICES
+    if rules["media_spec_env"]:
+        spec_env = spec.get("env_vars")
+        if not isinstance(spec_env, dict):
+            spec_env = derived["env_vars"]
+        env.update({key: str(value) for key, value in spec_env.items()})
+    if rules["media_spec_env"] and cpp:
+        if device not in CPP_SDXL_DEVICES:
+            raise SpecError(
+                f"{derived['model_name']} runs in the C++ media server, which has no settings for device {device}; "
+                f"supported devices: {', '.join(sorted(CPP_SDXL_DEVICES))}."
+            )
+        mesh_shape, is_galaxy, ids = CPP_SDXL_DEVICES[device]
+        env.update(
+            {
+                "SERVER_MODE": "cpp",
+                "MODEL_SERVICE": "image",
+                "MODEL_RUNNER_TYPE": CPP_SDXL_RUNNERS[derived["model_name"]],
+                "DEVICE_MESH_SHAPE": mesh_shape,
+                "IS_GALAXY": "true" if is_galaxy else "false",
+                "DEVICE_IDS": ids,
+                "MAX_BATCH_SIZE": "1",
+                "SDXL_IMAGE_RESOLUTION": "1024x1024",
+            }
+        )
+    else:
+        env["CACHE_ROOT"] = CONTAINER_CACHE_ROOT
+        if rules["media_hf_home"]:
+            env["HF_HOME"] = CONTAINER_CACHE_ROOT + "/huggingface"
+        env["MODEL"] = derived["model_name"]
+        env["DEVICE"] = device
+    return env
+
+
+def container_command(
+    spec,
+    catalog=None,
+    volume_root=None,
+    port=DEFAULT_PORT,
+    bind_host=DEFAULT_BIND_HOST,
+    device_ids=None,
+    no_auth=False,
+    image=None,
+    image_user=DEFAULT_IMAGE_USER,
+    env_file=None,
+    name=None,
+    host_weights_dir=None,
+):
+    """The ``docker run`` argv that serves ``spec``, as run.py --docker-server prints it.
+
+    Returns a dict with ``argv``, ``image``, ``container_name``, ``env_file``, ``version`` (after an
+    image override), ``volume`` (host directory or Docker named volume), ``legacy_interface`` (of the
+    spec's own image) and ``inference_engine``. Raises SpecError for what run.py would refuse.
+    """
+    catalog = catalog or {}
+    derived = derive(spec, catalog)
+    release = catalog.get("release_version")
+    release_label = f"v{release}" if release else "of this release"
+    if catalog.get("legacy_layout"):
+        raise SpecError(
+            f"The specs come from tt-inference-server {release or 'before v0.11'}, whose run.py started containers "
+            "with an older interface (runtime model spec JSON, MODEL_WEIGHTS_PATH) that this module does not "
+            "generate. Install release v0.11.0 or later with the ttfleet.inference.inference_server role, or give "
+            "the spec_file of such a release."
+        )
+    if derived["device_type"] in MULTIHOST_DEVICES:
+        raise SpecError(
+            f"{derived['model_name']} on {derived['device']} is a multi-host deployment: run.py starts worker "
+            "containers on every host plus a controller, not one container. Serve a single-host device instead."
+        )
+    engine = derived["inference_engine"]
+    rules = _rules(release)
+
+    # ModelSpec.apply_overrides: an image override also replaces the version (volume name and
+    # image check) when its tag starts with one; ':latest' or ':dev' keep the spec's.
+    version = derived["version"]
+    if image is not None:
+        image = _image(image)
+        parsed = parse_image_version(image)
+        if parsed is not None:
+            version = ".".join(str(part) for part in parsed)
+    else:
+        image = spec.get("docker_image")
+        if not image:
+            raise SpecError(
+                f"The spec of {derived['model_name']} on {derived['device']} pins no Docker image (a dev spec); "
+                "set image."
+            )
+    if is_legacy_interface(engine, version):
+        raise SpecError(_legacy_message(derived, image, version, release_label))
+
+    port = _port(port)
+    bind_host = _token(bind_host, "bind_host", "0.0.0.0 or 127.0.0.1")
+    image_user = _token(image_user, "image_user", "1000") if image_user not in (None, "") else ""
+    ids = _device_ids(device_ids)
+    root = _absolute_path(volume_root, "volume_root", mount=True) if volume_root else None
+    weights_dir = _absolute_path(host_weights_dir, "host_weights_dir", mount=True) if host_weights_dir else None
+    if weights_dir == "/":
+        raise SpecError("host_weights_dir '/' has no directory name to mount; give the weights directory itself.")
+
+    container_name = sanitise_name(name) if name else default_name(derived["model_name"], derived["device"], port)
+    env_file = (
+        _absolute_path(env_file, "env_file") if env_file else posixpath.join(ENV_FILE_DIR, container_name + ".env")
+    )
+
+    argv = ["docker", "run", "--rm", "--name", container_name]
+    if image_user and image_user != DEFAULT_IMAGE_USER:
+        argv += ["--user", image_user]
+    argv += ["--env-file", env_file, "--ipc", "host"]
+    if ids:
+        for index in ids:
+            argv += ["--device", f"{DEVICE_PATH}/{index}:{DEVICE_PATH}/{index}"]
+    else:
+        argv += ["--device", f"{DEVICE_PATH}:{DEVICE_PATH}"]
+    argv += ["--mount", HUGEPAGES_MOUNT]
+    media = engine in ("media", "forge")
+    inner_port = MEDIA_CONTAINER_PORT if media and rules["split_publish"] else port
+    argv += ["--publish", f"{bind_host}:{port}:{inner_port}"]
+
+    if root:
+        volume = posixpath.join(root, volume_name(derived["impl_id"], derived["model_name"], version))
+        argv += ["--mount", f"type=bind,src={volume},dst={CONTAINER_CACHE_ROOT}"]
+    else:
+        volume = named_volume(derived["impl_id"], derived["model_name"])
+        argv += ["--volume", f"{volume}:{CONTAINER_CACHE_ROOT}"]
+    env = {}
+    if weights_dir:
+        weights_mount = f"{READONLY_WEIGHTS_MOUNT}/{posixpath.basename(weights_dir)}"
+        argv += ["--mount", f"type=bind,src={weights_dir},dst={weights_mount},readonly"]
+        env["MODEL_WEIGHTS_DIR"] = weights_mount
+    if root:
+        # Only with a host volume: the named volume keeps the image's default cache path.
+        env["TT_CACHE_PATH"] = derived["container"]["tt_cache_path"]
+    if media:
+        env.update(_media_env(spec, derived, rules))
+        if no_auth and rules["media_spec_env"]:
+            env["NO_AUTH"] = "1"
+    for key, value in env.items():
+        if value:
+            argv += ["-e", f"{key}={value}"]
+
+    argv.append(image)
+    if engine == "vLLM" or not rules["split_publish"]:
+        argv += ["--model", derived["hf_model_repo"], "--tt-device", derived["device"]]
+        if no_auth:
+            argv.append("--no-auth")
+        if port != DEFAULT_PORT:
+            argv += ["--service-port", str(port)]
+
+    return {
+        "argv": argv,
+        "image": image,
+        "container_name": container_name,
+        "env_file": env_file,
+        "version": version,
+        "volume": volume,
+        "legacy_interface": derived["legacy_interface"],
+        "inference_engine": engine,
+        "model_name": derived["model_name"],
+        "device": derived["device"],
+        "port": port,
+    }

@@ -1,0 +1,306 @@
+#!/usr/bin/python
+# Copyright (c) ttfleet.inference contributors
+# SPDX-License-Identifier: Apache-2.0
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: container_command
+short_description: Compute the docker run command that serves a tt-inference-server model
+version_added: 0.1.0
+description:
+  - Selects the spec of O(model) on O(device) like M(ttfleet.inference.model_spec) and returns the C(docker run)
+    command that tt-inference-server (TTIS) C(run.py --docker-server --print-docker-cmd) prints for it, as an argument
+    list, without running C(run.py) (which writes secrets to C(<checkout>/.env), changes permissions and may start
+    downloads, then starts the container as an orphan with a random name).
+  - The argument list has the same options and values as C(run.py --docker-server [--host-volume O(volume_root)]
+    [--host-weights-dir O(host_weights_dir)] [--service-port O(port)] [--bind-host O(bind_host)]
+    [--device-id O(device_ids)] [--no-auth] [--image-user O(image_user)] [--override-docker-image O(image)]
+    --print-docker-cmd) for the release the specs come from, except for three deliberate differences. The
+    container name is stable (O(name)) instead of C(tt-inference-server-<random>); the env file is O(env_file)
+    instead of C(<checkout>/.env); and C(API_KEY) and C(OPENAI_API_KEY) for media images are left to that env file
+    instead of being copied onto the command line.
+  - Media and forge images get the spec's environment, C(MODEL), C(DEVICE), C(CACHE_ROOT) and C(HF_HOME) (or, for the
+    SDXL models run by the C++ media server, that server's settings), and E(NO_AUTH=1) with O(no_auth=true). vLLM
+    images get C(--model <hf repo> --tt-device <device>), C(--no-auth) and C(--service-port) as container arguments.
+  - vLLM specs whose version is older than v0.11.0 (RV(legacy_interface=true)) are refused, as C(run.py) does since
+    v0.14.0. Their images use the older container interface (a gosu entrypoint that reads a runtime model spec JSON
+    written by that release's C(run.py) through E(TT_MODEL_SPEC_JSON_PATH), and E(MODEL_WEIGHTS_PATH)); this module
+    does not reproduce that JSON. The error names the model, the pinned image version and the way out. With O(image)
+    set, the current interface is used with that image and, as C(run.py) does, the version is taken from the image
+    tag, so a tag of v0.11.0 or newer is accepted (and names the host volume), while C(:latest) keeps the spec's.
+  - Pure computation; it reads the specs and nothing else.
+extends_documentation_fragment:
+  - ttfleet.inference.spec_source
+  - ttfleet.inference.attributes
+  - ttfleet.inference.attributes.info_module
+options:
+  volume_root:
+    description:
+      - Absolute host directory that holds the volumes (C(run.py --host-volume)). The versioned volume
+        C(<volume_root>/volume_id_<impl_id>-<model_name>-v<version>) is bind-mounted at the container's C(cache_root)
+        and E(TT_CACHE_PATH) is set.
+      - Without it, the Docker named volume C(volume_id_<impl_id>-<model_name>) is used and E(TT_CACHE_PATH) is not
+        set, like C(run.py) without C(--host-volume).
+    type: path
+  port:
+    description:
+      - Host port to publish (C(run.py --service-port)). vLLM listens on it inside the container too and gets
+        C(--service-port) when it is not V(8000); media and forge servers always listen on 8000 inside.
+    type: int
+    default: 8000
+  bind_host:
+    description: Host address the port is published on (C(run.py --bind-host)).
+    type: str
+    default: 0.0.0.0
+  device_ids:
+    description:
+      - Indices of the Tenstorrent devices to pass, each as C(/dev/tenstorrent/<id>) (C(run.py --device-id)).
+      - Empty passes all of C(/dev/tenstorrent).
+    type: list
+    elements: int
+    default: []
+  no_auth:
+    description:
+      - Disable API authorisation (C(run.py --no-auth)). vLLM gets C(--no-auth), media and forge get E(NO_AUTH=1).
+    type: bool
+    default: false
+  image:
+    description:
+      - Docker image to run instead of the spec's (C(run.py --override-docker-image)). Its tag's version replaces the
+        spec's version, for the legacy interface check and the host volume name.
+    type: str
+  image_user:
+    description:
+      - UID the image was built with (C(run.py --image-user)); any value other than V(1000) adds C(--user).
+    type: str
+    default: '1000'
+  env_file:
+    description:
+      - Env file passed with C(--env-file), holding the secrets (E(HF_TOKEN), E(JWT_SECRET) or E(VLLM_API_KEY),
+        E(API_KEY)). Only its path is used; it is not read.
+      - Defaults to C(/etc/ttfleet/serve/<container name>.env).
+    type: path
+  name:
+    description:
+      - Container name. Characters Docker does not accept become C(-) (with a warning when that changes it).
+      - Defaults to C(tt-<model_name>-<device>), with C(-<port>) appended when O(port) is not V(8000), in lower case.
+    type: str
+  host_weights_dir:
+    description:
+      - Host directory with pre-downloaded weights (C(run.py --host-weights-dir)), bind-mounted read-only at
+        C(/home/container_app_user/readonly_weights_mount/<its basename>) and passed as E(MODEL_WEIGHTS_DIR).
+    type: path
+notes:
+  - O(model) and O(device) are required.
+  - Multi-host devices (V(dual_galaxy), V(quad_galaxy)) are refused; C(run.py) starts several containers for them.
+  - Specs of TTIS releases before v0.11 are refused, their C(run.py) used the older interface for every image.
+seealso:
+  - module: ttfleet.inference.model_spec
+  - name: tt-inference-server
+    description: The upstream project whose docker command this module reproduces.
+    link: https://github.com/tenstorrent/tt-inference-server
+author:
+  - ttfleet.inference maintainers (@ttfleet)
+"""
+
+EXAMPLES = r"""
+---
+- name: Compute the command that serves Qwen3-32B on a QuietBox 2 from the current release
+  ttfleet.inference.container_command:
+    model: Qwen3-32B
+    device: p300x2
+    volume_root: /home/tt/data/tt-cache
+  register: __qb2_command
+  # argv: docker run --rm --name tt-qwen3-32b-p300x2 --env-file /etc/ttfleet/serve/tt-qwen3-32b-p300x2.env
+  #   --ipc host --device /dev/tenstorrent:/dev/tenstorrent ... --publish 0.0.0.0:8000:8000
+  #   --mount type=bind,src=/home/tt/data/tt-cache/volume_id_tt_transformers-Qwen3-32B-v0.17.0,dst=...
+  #   -e TT_CACHE_PATH=... <image> --model Qwen/Qwen3-32B --tt-device p300x2
+
+- name: Serve Whisper on the first board only, on port 7001 of the loopback interface
+  ttfleet.inference.container_command:
+    model: whisper-large-v3
+    device: n300
+    device_ids: [0]
+    port: 7001
+    bind_host: 127.0.0.1
+    volume_root: /srv/tt
+    spec_file: /opt/specs/release_model_spec-v0.20.0.json
+
+- name: Run a spec that pins a pre-v0.11 vLLM image with a newer image of the same commits
+  ttfleet.inference.container_command:
+    model: Llama-3.1-8B-Instruct
+    device: n150
+    image: ghcr.io/tenstorrent/tt-inference-server/vllm-tt-metal-src-release-ubuntu-22.04-amd64:0.19.0-b204341-9bd099c
+    volume_root: /srv/tt
+"""
+
+RETURN = r"""
+argv:
+  description: The command, starting with V(docker) and V(run), to run as it is (no shell).
+  returned: success
+  type: list
+  elements: str
+  sample:
+    - docker
+    - run
+    - --rm
+    - --name
+    - tt-llama-3.2-1b-instruct-n150
+    - --env-file
+    - /etc/ttfleet/serve/tt-llama-3.2-1b-instruct-n150.env
+    - --ipc
+    - host
+    - --device
+    - /dev/tenstorrent:/dev/tenstorrent
+    - --mount
+    - type=bind,src=/dev/hugepages-1G,dst=/dev/hugepages-1G
+    - --publish
+    - 0.0.0.0:8000:8000
+    - --mount
+    - >-
+      type=bind,src=/srv/tt/volume_id_tt_transformers-Llama-3.2-1B-Instruct-v0.11.1,dst=/home/container_app_user/cache_root
+    - -e
+    - TT_CACHE_PATH=/home/container_app_user/cache_root/tt_metal_cache/cache_Llama-3.2-1B-Instruct/N150
+    - ghcr.io/tenstorrent/tt-inference-server/vllm-tt-metal-src-release-ubuntu-22.04-amd64:0.11.1-84b4c53-222ee06
+    - --model
+    - meta-llama/Llama-3.2-1B-Instruct
+    - --tt-device
+    - n150
+image:
+  description: Docker image the command runs (O(image) or the spec's).
+  returned: success
+  type: str
+  sample: ghcr.io/tenstorrent/tt-inference-server/vllm-tt-metal-src-release-ubuntu-22.04-amd64:0.11.1-84b4c53-222ee06
+container_name:
+  description: Name given with C(--name).
+  returned: success
+  type: str
+  sample: tt-llama-3.2-1b-instruct-n150
+env_file:
+  description: Path given with C(--env-file).
+  returned: success
+  type: str
+  sample: /etc/ttfleet/serve/tt-llama-3.2-1b-instruct-n150.env
+version:
+  description: Version of the spec, or of the O(image) tag when it has one; it names the host volume.
+  returned: success
+  type: str
+  sample: 0.11.1
+volume:
+  description:
+    - Host directory mounted at the container's C(cache_root), or the Docker named volume without O(volume_root).
+  returned: success
+  type: str
+  sample: /srv/tt/volume_id_tt_transformers-Llama-3.2-1B-Instruct-v0.11.1
+legacy_interface:
+  description:
+    - Whether the spec itself pins a vLLM image older than v0.11.0. Such specs only succeed with O(image), and the
+      command then uses the current interface with that image.
+  returned: success
+  type: bool
+  sample: false
+inference_engine:
+  description: Inference engine of the spec (V(vLLM), V(media) or V(forge)).
+  returned: success
+  type: str
+  sample: vLLM
+model_name:
+  description: Short model name of the spec.
+  returned: success
+  type: str
+  sample: Llama-3.2-1B-Instruct
+device:
+  description: TTIS device name in lower case.
+  returned: success
+  type: str
+  sample: n150
+port:
+  description: Published host port.
+  returned: success
+  type: int
+  sample: 8000
+release_version:
+  description: TTIS release of the specs, V(null) when a spec file does not say.
+  returned: success
+  type: str
+  sample: 0.20.0
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.ttfleet.inference.plugins.module_utils._container import (
+    DEFAULT_BIND_HOST,
+    DEFAULT_IMAGE_USER,
+    DEFAULT_PORT,
+    container_command,
+    sanitise_name,
+)
+from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
+    SPEC_SOURCE_OPTIONS,
+    SpecError,
+    default_checkout,
+    load_catalog,
+    select_spec,
+    validate_inputs,
+)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            **SPEC_SOURCE_OPTIONS,
+            "volume_root": {"type": "path"},
+            "port": {"type": "int", "default": DEFAULT_PORT},
+            "bind_host": {"type": "str", "default": DEFAULT_BIND_HOST},
+            "device_ids": {"type": "list", "elements": "int", "default": []},
+            "no_auth": {"type": "bool", "default": False},
+            "image": {"type": "str"},
+            "image_user": {"type": "str", "default": DEFAULT_IMAGE_USER},
+            "env_file": {"type": "path"},
+            "name": {"type": "str"},
+            "host_weights_dir": {"type": "path"},
+        },
+        mutually_exclusive=[("tt_inference_server_dir", "spec_file")],
+        supports_check_mode=True,
+    )
+    params = module.params
+    missing = [option for option in ("model", "device") if not params[option]]
+    if missing:
+        module.fail_json(msg=f"missing required arguments: {', '.join(missing)}")
+    catalog = {}
+    try:
+        validate_inputs(model=params["model"], device=params["device"], impl=params["impl"], engine=params["engine"])
+        if params["name"] and sanitise_name(params["name"]) != params["name"]:
+            module.warn(
+                f"name {params['name']!r} is not a valid container name; using {sanitise_name(params['name'])!r}."
+            )
+        catalog = load_catalog(
+            tt_inference_server_dir=default_checkout(params["tt_inference_server_dir"], params["spec_file"]),
+            spec_file=params["spec_file"],
+            python=params["python"],
+        )
+        spec = select_spec(catalog, params["model"], params["device"], impl=params["impl"], engine=params["engine"])
+        result = container_command(
+            spec,
+            catalog,
+            volume_root=params["volume_root"],
+            port=params["port"],
+            bind_host=params["bind_host"],
+            device_ids=params["device_ids"],
+            no_auth=params["no_auth"],
+            image=params["image"],
+            image_user=params["image_user"],
+            env_file=params["env_file"],
+            name=params["name"],
+            host_weights_dir=params["host_weights_dir"],
+        )
+    except SpecError as exc:
+        module.fail_json(msg=str(exc))
+    for warning in catalog.get("warnings", []):
+        module.warn(warning)
+    module.exit_json(changed=False, release_version=catalog.get("release_version"), **result)
+
+
+if __name__ == "__main__":
+    main()
