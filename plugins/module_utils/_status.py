@@ -1,0 +1,290 @@
+# Copyright (c) ttfleet.inference contributors
+# SPDX-License-Identifier: Apache-2.0
+"""What a host serves right now, for ttfleet.inference.fleet_status (no Ansible imports: unit-testable).
+
+The serve role leaves one non-secret state file per instance under ``/var/lib/ttfleet/serve``; this
+module reads them, asks systemd about each unit, probes ``/health`` and describes the expected
+volume (alias or directory, weights manifest, kernel cache meshes). Nothing here reads a secret.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import (
+    MANIFEST_NAME,
+    read_manifest,
+    tensor_cache_meshes,
+    weights_status,
+)
+
+STATE_SUFFIX = ".json"
+_STATE_MAX_BYTES = 1 << 20
+UNIT_PROPERTIES = ("ActiveState", "SubState", "NRestarts", "UnitFileState", "ActiveEnterTimestamp")
+
+
+def read_state_files(state_dir):
+    """Every ``<instance>.json`` in state_dir, sorted by name; unreadable files are reported, not skipped."""
+    found = []
+    try:
+        names = sorted(os.listdir(state_dir))
+    except FileNotFoundError:
+        return found
+    for name in names:
+        if not name.endswith(STATE_SUFFIX) or name.startswith("."):
+            continue
+        path = os.path.join(state_dir, name)
+        entry = {"instance": name[: -len(STATE_SUFFIX)], "state_file": path, "error": None, "data": {}}
+        try:
+            st = os.lstat(path)
+            if not stat.S_ISREG(st.st_mode):
+                entry["error"] = "not a regular file"
+            elif st.st_size > _STATE_MAX_BYTES:
+                entry["error"] = f"larger than {_STATE_MAX_BYTES} bytes"
+            else:
+                with open(path, "rb") as handle:
+                    data = json.load(handle)
+                if isinstance(data, dict):
+                    entry["data"] = data
+                else:
+                    entry["error"] = "not a JSON object"
+        except (OSError, ValueError) as exc:
+            entry["error"] = str(exc)
+        found.append(entry)
+    return found
+
+
+def parse_systemctl_show(text):
+    """``Key=Value`` lines of ``systemctl show`` into a dict."""
+    props = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            props[key.strip()] = value.strip()
+    return props
+
+
+def unit_state(unit, runner=subprocess.run):
+    """ActiveState and friends of one unit; ``available`` False when systemctl is missing or fails."""
+    try:
+        proc = runner(
+            ["systemctl", "show", unit, "--property=" + ",".join(UNIT_PROPERTIES)],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return {"unit": unit, "available": False, "error": str(exc)}
+    if proc.returncode != 0:
+        return {"unit": unit, "available": False, "error": (proc.stderr or "").strip()[-300:]}
+    props = parse_systemctl_show(proc.stdout)
+    try:
+        restarts = int(props.get("NRestarts", "0") or 0)
+    except ValueError:
+        restarts = None
+    return {
+        "unit": unit,
+        "available": True,
+        "active_state": props.get("ActiveState", "unknown"),
+        "sub_state": props.get("SubState", "unknown"),
+        "enabled": props.get("UnitFileState", "unknown"),
+        "restarts": restarts,
+        "active_since": props.get("ActiveEnterTimestamp", ""),
+    }
+
+
+def health_url(data):
+    """The URL to probe: the state file's own, else http://127.0.0.1:<port>/health."""
+    url = data.get("health_url")
+    if isinstance(url, str) and url.startswith(("http://", "https://")):
+        return url
+    port = data.get("port")
+    if isinstance(port, int) or (isinstance(port, str) and port.isdigit()):
+        host = data.get("bind_host") or "127.0.0.1"
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        return f"http://{host}:{int(port)}/health"
+    return None
+
+
+def probe(url, timeout, opener=urllib.request.urlopen):
+    """GET url: ``healthy`` on 200, else ``unhealthy`` (another status) or ``unreachable``."""
+    if not url:
+        return {"url": None, "status": "unknown", "code": None, "seconds": None, "error": "no port in the state file"}
+    started = time.monotonic()
+    try:
+        with opener(urllib.request.Request(url, method="GET"), timeout=timeout) as response:
+            code = response.getcode()
+    except urllib.error.HTTPError as exc:
+        code = exc.code
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return {
+            "url": url,
+            "status": "unreachable",
+            "code": None,
+            "seconds": round(time.monotonic() - started, 3),
+            "error": str(reason)[:300],
+        }
+    return {
+        "url": url,
+        "status": "healthy" if code == 200 else "unhealthy",
+        "code": code,
+        "seconds": round(time.monotonic() - started, 3),
+        "error": None,
+    }
+
+
+def describe_expected(path, model_name):
+    """The expected volume: alias or directory, weights completeness, manifest identity, cache meshes."""
+    info = {"path": path, "type": "absent", "is_alias": False, "alias_of": None, "exists": False}
+    if not path:
+        info["type"] = "unknown"
+        return info
+    try:
+        lst = os.lstat(path)
+    except OSError:
+        return info
+    if stat.S_ISLNK(lst.st_mode):
+        info["type"] = "link"
+        info["is_alias"] = True
+        try:
+            info["alias_of"] = os.path.realpath(path)
+        except OSError:
+            info["alias_of"] = None
+    elif stat.S_ISDIR(lst.st_mode):
+        info["type"] = "directory"
+    else:
+        info["type"] = "other"
+    info["exists"] = os.path.isdir(path)
+    weights = {
+        "usable": False,
+        "complete": False,
+        "revision": None,
+        "source": None,
+        "verified": None,
+        "manifest": False,
+    }
+    meshes = []
+    if info["exists"] and model_name:
+        weights_dir = os.path.join(path, "weights", model_name)
+        status = weights_status(weights_dir)
+        weights.update(usable=status["usable"], complete=status["complete"], missing_shards=status["missing_shards"])
+        manifest = read_manifest(weights_dir)
+        weights["manifest"] = manifest["present"] and manifest["error"] is None
+        data = manifest["data"] if isinstance(manifest["data"], dict) else {}
+        weights["revision"] = data.get("revision")
+        weights["source"] = data.get("source")
+        weights["repo_id"] = data.get("repo_id")
+        weights["files"] = len(data.get("files") or {}) if isinstance(data.get("files"), dict) else None
+        weights["verified"] = data.get("verified_at")
+        weights["manifest_file"] = os.path.join(weights_dir, MANIFEST_NAME)
+        meshes = tensor_cache_meshes(path, model_name)
+    info["weights"] = weights
+    info["kernel_cache_meshes"] = meshes
+    return info
+
+
+def current_release(releases_root):
+    """Tags the ``current`` and ``previous`` links of the inference_server layout point at."""
+    result = {"current": None, "previous": None}
+    for key in result:
+        link = os.path.join(releases_root, key)
+        try:
+            if os.path.islink(link):
+                result[key] = os.path.basename(os.path.normpath(os.readlink(link)))
+        except OSError:
+            pass
+    return result
+
+
+def instance_report(entry, timeout, runner=subprocess.run, opener=urllib.request.urlopen):
+    """One instance: its recorded configuration, its unit, its health and its volume."""
+    data = entry["data"]
+    instance = entry["instance"]
+    unit = data.get("unit") or f"tt-serve@{instance}.service"
+    model = data.get("model_name") or data.get("model")
+    report = {
+        "instance": instance,
+        "state_file": entry["state_file"],
+        "error": entry["error"],
+        "model": data.get("model"),
+        "model_name": model,
+        "device": data.get("device"),
+        "impl": data.get("impl") or data.get("impl_id"),
+        "engine": data.get("engine"),
+        "image": data.get("image"),
+        "port": data.get("port"),
+        "device_ids": data.get("device_ids"),
+        "release": data.get("release") or data.get("tt_inference_server"),
+        "unit": unit_state(unit, runner=runner),
+    }
+    report["health"] = probe(health_url(data), timeout, opener=opener)
+    expected = data.get("volume_path") or data.get("expected_volume") or data.get("volume")
+    report["volume"] = describe_expected(expected if isinstance(expected, str) else None, model)
+    report["healthy"] = (
+        entry["error"] is None
+        and report["unit"].get("active_state") == "active"
+        and report["health"]["status"] == "healthy"
+    )
+    return report
+
+
+def host_report(state_dir, releases_root, timeout=5.0, runner=subprocess.run, opener=urllib.request.urlopen):
+    instances = [instance_report(entry, timeout, runner, opener) for entry in read_state_files(state_dir)]
+    releases = current_release(releases_root)
+    return {
+        "release": releases["current"],
+        "previous_release": releases["previous"],
+        "instances": instances,
+        "instance_count": len(instances),
+        "unhealthy": [item["instance"] for item in instances if not item["healthy"]],
+    }
+
+
+def _cell(value):
+    if value is None or value == "":
+        return "-"
+    return str(value)
+
+
+def status_lines(rows):
+    """A fixed-width table of the fleet report rows: one line per instance, one per host without any."""
+    header = ("HOST", "DEVICE", "RELEASE", "INSTANCE", "PORT", "UNIT", "HEALTH", "VOLUME")
+    table = [header]
+    for row in rows or []:
+        host = _cell(row.get("host"))
+        device = _cell(row.get("device_type"))
+        release = _cell(row.get("release"))
+        if not row.get("reachable", True):
+            table.append((host, device, release, "-", "-", "-", "unreachable", "-"))
+            continue
+        instances = row.get("instances") or []
+        if not instances:
+            table.append((host, device, release, "(none)", "-", "-", "-", "-"))
+        for item in instances:
+            volume = item.get("volume") or {}
+            name = os.path.basename(volume.get("path") or "") or "-"
+            if volume.get("is_alias"):
+                name += " -> " + os.path.basename(volume.get("alias_of") or "?")
+            table.append(
+                (
+                    host,
+                    device,
+                    release,
+                    _cell(item.get("instance")),
+                    _cell(item.get("port")),
+                    _cell((item.get("unit") or {}).get("active_state")),
+                    _cell((item.get("health") or {}).get("status")),
+                    name,
+                )
+            )
+    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+    return ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line)).rstrip() for line in table]
