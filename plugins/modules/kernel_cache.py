@@ -1,0 +1,342 @@
+#!/usr/bin/python
+# Copyright (c) ttfleet.inference contributors
+# SPDX-License-Identifier: Apache-2.0
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: kernel_cache
+short_description: Harvest a warmed-up kernel cache into a store, or deploy one from it
+version_added: 0.1.0
+description:
+  - Kernel (tensor) caches of tt-inference-server live at C(<volume>/tt_metal_cache/cache_<model_name>/<mesh>) (the
+    directory C(run.py) passes as E(TT_CACHE_PATH)). Compiling them takes 20 minutes or more on the first start of a
+    model; this module copies a complete one between hosts through a store.
+  - A store entry is keyed by O(model_name), O(mesh), O(impl_id), O(tt_metal_commit) and O(vllm_commit) (directory
+    C(<store>/<model_name>/<mesh>/<impl_id>/<tt_metal_commit>/<vllm_commit or none>/)) and holds C(kernels.tar.zst),
+    its sha256 in C(kernels.tar.zst.sha256) and C(manifest.json) (the key, file count, bytes, sha256, host, evidence
+    of the warm-up). The manifest is written last; an entry without one is ignored.
+  - O(state=harvested) packs the cache of O(volume) into the store when the store does not hold the key yet. Only a
+    B(complete) cache is packed - it exists, holds at least one non-empty file, holds only regular files and
+    directories, no in-progress or temporary file (O(temp_patterns)), nothing in it changed during the last
+    O(quiet_seconds), nothing changes while it is packed, and there is evidence of a successful warm-up - O(health_url)
+    answers HTTP 200, O(warmed=true), or a marker of this module records the same key.
+  - O(state=deployed) extracts the store's archive of the key into a staging directory beside the cache (same
+    filesystem), checks the sha256 (computed while the archive streams, never in a second pass), the file count and
+    bytes against the manifest, and renames it into place. A cache already in place from the same key is left alone
+    without reading the archive; a cache in place that no store deployed is left alone unless O(force=true), which
+    moves it aside.
+  - A marker C(cache_<model_name>/.ttfleet-kernels-<mesh>.json) beside the cache records the key it was deployed or
+    harvested with. A cache recorded for another O(tt_metal_commit) is never harvested under this key or deployed
+    over without O(force=true), and the message names both commits.
+  - Archives are compressed by the C(zstd) program, which must be installed on the host (package C(zstd)).
+extends_documentation_fragment:
+  - ttfleet.inference.attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Checks completeness and the store and reports what would be packed or deployed; writes nothing.
+  diff_mode:
+    support: full
+    details:
+      - The diff shows the key of the cache (deployed) or of the store entry (harvested) before and after.
+  idempotent:
+    support: full
+options:
+  state:
+    description:
+      - V(deployed) puts the store's cache of the key at the cache path of O(volume).
+      - V(harvested) packs the cache of O(volume) into the store.
+    type: str
+    choices: [deployed, harvested]
+    default: deployed
+  volume:
+    description:
+      - Absolute path of the model's volume (the directory mounted as C(cache_root)), for example
+        C(/opt/tt-cache/volume_id_tt_transformers-Qwen3-32B-v0.17.0). A symlink to another volume is followed.
+    type: path
+    required: true
+  model_name:
+    description: Short model name of the spec, for example V(Qwen3-32B).
+    type: str
+    required: true
+  mesh:
+    description:
+      - Mesh directory name of the spec (RV(ttfleet.inference.model_spec#module:mesh)), for example V(P300x2).
+    type: str
+    required: true
+  impl_id:
+    description: Implementation id of the spec, for example V(tt_transformers).
+    type: str
+    required: true
+  tt_metal_commit:
+    description: The C(tt_metal_commit) of the spec. Caches of different commits are never mixed.
+    type: str
+    required: true
+  vllm_commit:
+    description: The C(vllm_commit) of the spec; empty for engines without vLLM.
+    type: str
+  store:
+    description:
+      - Kind of store. V(path) is a directory on the host (local disk or an NFS share) given by O(store_path);
+        V(http) is a read-only store with the same layout under O(store_url) (for example a fleet peer's temporary
+        server; deploy only).
+    type: str
+    choices: [path, http]
+    required: true
+  store_path:
+    description: Root directory of a V(path) store. Required when O(store=path).
+    type: path
+  store_url:
+    description: Base URL of an V(http) store. Required when O(store=http).
+    type: str
+  health_url:
+    description:
+      - For O(state=harvested), a URL of the warmed-up server that must answer HTTP 200, normally
+        C(http://127.0.0.1:<port>/health).
+    type: str
+  warmed:
+    description:
+      - For O(state=harvested), the operator's word that the server warmed up successfully, instead of O(health_url).
+    type: bool
+    default: false
+  quiet_seconds:
+    description:
+      - For O(state=harvested), nothing in the cache may have changed during this many seconds.
+    type: int
+    default: 120
+  temp_patterns:
+    description:
+      - Shell patterns of file or directory names that mark a cache as being written; a cache holding one is not
+        harvested.
+    type: list
+    elements: str
+    default: ['*.tmp', '*.temp', '*.part', '*.partial', '*.incomplete', '*.lock', '*.swp', '*~', '.nfs*',
+              '.ttfleet-tmp-*']
+  required:
+    description:
+      - For O(state=deployed), fail when the store holds no entry for the key. Otherwise the module reports the
+        reason (naming the commits the store holds instead) with a warning and changes nothing; the server then
+        compiles its kernels on first start.
+    type: bool
+    default: false
+  force:
+    description:
+      - For O(state=deployed), replace a cache in place that no store deployed or that was recorded for another key;
+        it is renamed aside (C(<mesh>.ttfleet-aside-<UTC time>)), never deleted.
+      - For O(state=harvested), pack again and replace the store entry of the key.
+    type: bool
+    default: false
+  disk_margin_gb:
+    description: GiB that must stay free on the volume filesystem beyond the cache being deployed.
+    type: float
+    default: 1
+  level:
+    description: zstd compression level for O(state=harvested).
+    type: int
+    default: 3
+  owner:
+    description: UID that owns the deployed files and directories (the container user).
+    type: int
+    default: 1000
+  group:
+    description: GID of the deployed files and directories.
+    type: int
+    default: 1000
+  host:
+    description: Name of the host in messages. Defaults to the host name.
+    type: str
+  timeout:
+    description: Seconds an HTTP request (store or health check) may stay silent.
+    type: int
+    default: 60
+notes:
+  - Deploying streams the archive once, hashing it on the way; a converged run reads only the small marker and
+    manifest.
+seealso:
+  - module: ttfleet.inference.model_spec
+    description: Gives model_name, mesh, impl_id, tt_metal_commit and vllm_commit of a served model.
+  - role: ttfleet.inference.model_cache
+    description: Deploys caches during the normal run and harvests them with C(tasks_from=harvest).
+author:
+  - ttfleet.inference maintainers (@ttfleet)
+"""
+
+EXAMPLES = r"""
+- name: Harvest the kernel cache of a warmed-up Qwen3-32B into an NFS store
+  ttfleet.inference.kernel_cache:
+    state: harvested
+    volume: /opt/tt-cache/volume_id_tt_transformers-Qwen3-32B-v0.17.0
+    model_name: Qwen3-32B
+    mesh: P300x2
+    impl_id: tt_transformers
+    tt_metal_commit: 8c48a10
+    vllm_commit: f52987a
+    store: path
+    store_path: /mnt/kernel-store
+    health_url: http://127.0.0.1:8000/health
+
+- name: Deploy it on another QuietBox 2 before the first start
+  ttfleet.inference.kernel_cache:
+    volume: /opt/tt-cache/volume_id_tt_transformers-Qwen3-32B-v0.17.0
+    model_name: Qwen3-32B
+    mesh: P300x2
+    impl_id: tt_transformers
+    tt_metal_commit: 8c48a10
+    vllm_commit: f52987a
+    store: path
+    store_path: /mnt/kernel-store
+"""
+
+RETURN = r"""
+action:
+  description: What happened (or would, in check mode), V(deployed), V(harvested) or V(none).
+  returned: always
+  type: str
+  sample: deployed
+reason:
+  description: One sentence on the outcome, for example why nothing was deployed.
+  returned: always
+  type: str
+  sample: the store /mnt/kernel-store holds no kernel cache of Qwen3-32B on P300x2 (...); harvest one after a warm-up
+cache_path:
+  description: The cache directory, C(<volume>/tt_metal_cache/cache_<model_name>/<mesh>).
+  returned: always
+  type: str
+  sample: /opt/tt-cache/volume_id_tt_transformers-Qwen3-32B-v0.17.0/tt_metal_cache/cache_Qwen3-32B/P300x2
+store:
+  description: Where the store entry of the key is.
+  returned: always
+  type: str
+  sample: /mnt/kernel-store/Qwen3-32B/P300x2/tt_transformers/8c48a10/f52987a
+key:
+  description: The key (model_name, mesh, impl_id, tt_metal_commit, vllm_commit).
+  returned: always
+  type: dict
+manifest:
+  description: The manifest of the store entry used or written.
+  returned: when the store holds the key
+  type: dict
+files:
+  description: Files packed or deployed.
+  returned: when something is packed or deployed
+  type: int
+  sample: 5120
+bytes:
+  description: Their total size.
+  returned: when something is packed or deployed
+  type: int
+  sample: 32212254720
+archive_bytes:
+  description: Size of the archive written or read.
+  returned: when an archive was written or read
+  type: int
+sha256:
+  description: sha256 of the archive, computed while it streamed.
+  returned: when an archive was written or read
+  type: str
+hashed:
+  description: Whether an archive was hashed in this run (never on a converged run).
+  returned: always
+  type: bool
+missing:
+  description: The store holds no entry for the key (with O(required=false)).
+  returned: when true
+  type: bool
+moved_aside:
+  description: Where a cache that was in the way was moved.
+  returned: when O(force=true) moved one
+  type: str
+evidence:
+  description: The evidence of a warm-up a harvest relied on.
+  returned: when harvested
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels import (
+    DEFAULT_TEMP_PATTERNS,
+    HttpStore,
+    KernelError,
+    PathStore,
+    deploy,
+    harvest,
+    key_text,
+)
+
+
+def _store(params):
+    if params["store"] == "path":
+        return PathStore(params["store_path"])
+    return HttpStore(params["store_url"], params["timeout"])
+
+
+def _diff(params, result):
+    where = result["store"] if params["state"] == "harvested" else result["cache_path"]
+    done = result["action"] != "none"
+    if params["state"] == "harvested":
+        before = "absent" if done else "present"
+    else:
+        before = "absent or another key" if done else (result.get("reason") or "")
+    after = key_text(result["key"]) if done or params["state"] == "harvested" else before
+    return {"before": f"{where}: {before}\n", "after": f"{where}: {after}\n"}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            state=dict(type="str", choices=["deployed", "harvested"], default="deployed"),
+            volume=dict(type="path", required=True),
+            model_name=dict(type="str", required=True),
+            mesh=dict(type="str", required=True),
+            impl_id=dict(type="str", required=True),
+            tt_metal_commit=dict(type="str", required=True),
+            vllm_commit=dict(type="str"),
+            store=dict(type="str", choices=["path", "http"], required=True),
+            store_path=dict(type="path"),
+            store_url=dict(type="str"),
+            health_url=dict(type="str"),
+            warmed=dict(type="bool", default=False),
+            quiet_seconds=dict(type="int", default=120),
+            temp_patterns=dict(type="list", elements="str", default=list(DEFAULT_TEMP_PATTERNS)),
+            required=dict(type="bool", default=False),
+            force=dict(type="bool", default=False),
+            disk_margin_gb=dict(type="float", default=1),
+            level=dict(type="int", default=3),
+            owner=dict(type="int", default=1000),
+            group=dict(type="int", default=1000),
+            host=dict(type="str"),
+            timeout=dict(type="int", default=60),
+        ),
+        required_if=[("store", "path", ["store_path"]), ("store", "http", ["store_url"])],
+        supports_check_mode=True,
+    )
+    params = module.params
+    try:
+        if not params["volume"].startswith("/"):
+            raise KernelError(f"volume {params['volume']!r} must be an absolute path")
+        if params["quiet_seconds"] < 0 or params["disk_margin_gb"] < 0:
+            raise KernelError("quiet_seconds and disk_margin_gb must not be negative")
+        if not 1 <= params["level"] <= 19:
+            raise KernelError(f"level must be a zstd level from 1 to 19, got {params['level']}")
+        store = _store(params)
+        if params["state"] == "harvested":
+            result = harvest(params, store, check_mode=module.check_mode)
+        else:
+            result = deploy(params, store, check_mode=module.check_mode)
+    except KernelError as exc:
+        module.fail_json(msg=str(exc))
+    except OSError as exc:
+        module.fail_json(msg=f"kernel_cache ({params['state']}) of {params['model_name']} failed: {exc}")
+    result.setdefault("hashed", False)
+    if result.get("missing"):
+        module.warn(result["reason"])
+    if module._diff:
+        result["diff"] = _diff(params, result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,244 @@
+"""Kernel cache harvest and deploy (plugins/module_utils/_kernels.py) on real files with the real zstd program."""
+
+import functools
+import http.server
+import io
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import tarfile
+import threading
+
+import pytest
+
+from ansible_collections.ttfleet.inference.plugins.module_utils import _kernels as k
+
+pytestmark = pytest.mark.skipif(shutil.which("zstd") is None, reason="needs the zstd program")
+
+KEY = {
+    "model_name": "Qwen3-32B",
+    "mesh": "P300x2",
+    "impl_id": "tt_transformers",
+    "tt_metal_commit": "8c48a10",
+    "vllm_commit": "f52987a",
+}
+OLD = 1_000_000_000  # an mtime long past, so quiet_seconds is satisfied
+
+
+def warm_cache(volume, key=KEY, files=None):
+    """A cache in the real layout with real bytes, as a warmed-up server leaves it."""
+    root = os.path.join(volume, "tt_metal_cache", f"cache_{key['model_name']}", key["mesh"])
+    files = files or {
+        "kernels/abc123/brisc/brisc.elf": os.urandom(4096),
+        "kernels/abc123/ncrisc/ncrisc.elf": os.urandom(2048),
+        "tensor_cache/layers.0.attention.wqkv_dtype_BFLOAT8_B.tensorbin": os.urandom(70000),
+        "tensor_cache/empty_ok.bin": b"",
+    }
+    for rel, data in files.items():
+        path = os.path.join(root, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as handle:
+            handle.write(data)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            os.utime(os.path.join(dirpath, name), (OLD, OLD))
+    os.utime(root, (OLD, OLD))
+    return root, files
+
+
+def opts(volume, **extra):
+    base = dict(KEY, volume=str(volume), host="lab", quiet_seconds=60, owner=os.getuid(), group=os.getgid())
+    base.update(extra)
+    return base
+
+
+def tree(root):
+    out = {}
+    for dirpath, _dirs, filenames in os.walk(root):
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            with open(path, "rb") as handle:
+                out[os.path.relpath(path, root)] = handle.read()
+    return out
+
+
+@pytest.fixture
+def store(tmp_path):
+    return k.PathStore(str(tmp_path / "store"))
+
+
+def test_key_fields_are_checked():
+    assert k.check_key({**KEY, "vllm_commit": ""})["vllm_commit"] is None
+    assert k.check_key({**KEY, "mesh": "(8,8)"})["mesh"] == "(8,8)"
+    with pytest.raises(k.KernelError, match="tt_metal_commit is required"):
+        k.check_key({**KEY, "tt_metal_commit": None})
+    with pytest.raises(k.KernelError, match=r"impl_id '\.\./x' is not usable"):
+        k.check_key({**KEY, "impl_id": "../x"})
+
+
+def test_cache_path_follows_the_tt_cache_path_rule(tmp_path):
+    assert k.cache_path("/v", KEY) == "/v/tt_metal_cache/cache_Qwen3-32B/P300x2"
+    assert k.entry_parts({**KEY, "vllm_commit": None})[-1] == "none"
+
+
+@pytest.mark.parametrize(
+    "name,expected",
+    [("x.tmp", "in-progress"), ("y.lock", "in-progress"), (".ttfleet-tmp-1", "in-progress"), ("z.bin", None)],
+)
+def test_temporary_files_make_a_cache_incomplete(tmp_path, name, expected):
+    root, _files = warm_cache(tmp_path / "vol")
+    with open(os.path.join(root, "kernels", name), "wb") as handle:
+        handle.write(b"x")
+    os.utime(os.path.join(root, "kernels", name), (OLD, OLD))
+    problems = k.completeness_problems(k.scan_cache(root), root)
+    assert (expected in " ".join(problems)) if expected else problems == []
+
+
+def test_empty_recent_and_special_caches_are_incomplete(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert "holds no data" in k.completeness_problems(k.scan_cache(str(empty)), "e")[0]
+    root, _files = warm_cache(tmp_path / "vol")
+    os.symlink("/etc/passwd", os.path.join(root, "link"))
+    assert any("neither files nor directories: link" in p for p in k.completeness_problems(k.scan_cache(root), "r"))
+    os.unlink(os.path.join(root, "link"))
+    fresh = os.path.join(root, "kernels", "new.elf")
+    with open(fresh, "wb") as handle:
+        handle.write(b"new")
+    assert any("quiet_seconds=120" in p for p in k.completeness_problems(k.scan_cache(root), "r", 120))
+    assert k.completeness_problems(k.scan_cache(str(tmp_path / "nope")), "n") == ["n does not exist"]
+
+
+def test_harvest_needs_evidence_of_a_warm_up(tmp_path, store):
+    warm_cache(tmp_path / "vol")
+    with pytest.raises(k.KernelError, match="no evidence of a successful warm-up: set health_url"):
+        k.harvest(opts(tmp_path / "vol"), store)
+    with pytest.raises(k.KernelError, match=r"http://127\.0\.0\.1:9/health is unreachable"):
+        k.harvest(opts(tmp_path / "vol", health_url="http://127.0.0.1:9/health", timeout=2), store)
+    assert not os.path.exists(store.root)
+
+
+def test_harvest_then_deploy_round_trip(tmp_path, store):
+    _root, files = warm_cache(tmp_path / "a")
+    check = k.harvest(opts(tmp_path / "a", warmed=True), store, check_mode=True)
+    assert check["changed"] and not os.path.exists(store.root)
+
+    done = k.harvest(opts(tmp_path / "a", warmed=True), store)
+    assert done["changed"] and done["action"] == "harvested" and done["files"] == 4
+    entry = store.entry_dir(KEY)
+    assert sorted(os.listdir(entry)) == ["kernels.tar.zst", "kernels.tar.zst.sha256", "manifest.json"]
+    manifest = json.loads(pathlib.Path(entry, "manifest.json").read_text())
+    assert manifest["key"] == KEY and manifest["files"] == 4 and manifest["bytes"] == sum(map(len, files.values()))
+    assert manifest["evidence"] == "operator flag warmed"
+    sha = subprocess.run(["sha256sum", os.path.join(entry, "kernels.tar.zst")], capture_output=True, text=True)
+    recorded = pathlib.Path(entry, "kernels.tar.zst.sha256").read_text()[:64]
+    assert sha.stdout.split()[0] == manifest["sha256"] == recorded
+
+    again = k.harvest(opts(tmp_path / "a"), store)  # the store holds the key: no evidence needed, nothing packed
+    assert not again["changed"] and "already holds" in again["reason"]
+
+    plan = k.deploy(opts(tmp_path / "b"), store, check_mode=True)
+    assert plan["changed"] and not os.path.exists(tmp_path / "b")
+    got = k.deploy(opts(tmp_path / "b"), store)
+    assert got["changed"] and got["hashed"] and got["sha256"] == manifest["sha256"]
+    assert tree(k.cache_path(str(tmp_path / "b"), KEY)) == files
+    leftovers = os.listdir(os.path.dirname(k.cache_path(str(tmp_path / "b"), KEY)))
+    assert sorted(leftovers) == [".ttfleet-kernels-P300x2.json", "P300x2"]
+
+
+def test_converged_deploy_reads_no_archive(tmp_path, store, monkeypatch):
+    warm_cache(tmp_path / "a")
+    k.harvest(opts(tmp_path / "a", warmed=True), store)
+    k.deploy(opts(tmp_path / "b"), store)
+    monkeypatch.setattr(k, "unpack", lambda *a, **kw: pytest.fail("re-read the archive"))
+    monkeypatch.setattr(store, "read_manifest", lambda key: pytest.fail("read the store"))
+    again = k.deploy(opts(tmp_path / "b"), store)
+    assert not again["changed"] and "already holds" in again["reason"] and not again.get("hashed")
+
+
+def test_another_tt_metal_commit_is_refused_naming_both(tmp_path, store):
+    warm_cache(tmp_path / "a")
+    k.harvest(opts(tmp_path / "a", warmed=True), store)
+    k.deploy(opts(tmp_path / "b"), store)
+    new = {"tt_metal_commit": "9d11e2f"}
+    # The store only holds the old commit.
+    with pytest.raises(k.KernelError, match="only for tt_metal_commit/vllm_commit 8c48a10/f52987a, not for this spec's "
+                       "tt_metal_commit 9d11e2f"):
+        k.deploy(opts(tmp_path / "c", required=True, **new), store)
+    skipped = k.deploy(opts(tmp_path / "c", **new), store)
+    assert not skipped["changed"] and skipped["missing"] and "never mixed" in skipped["reason"]
+    # The cache in place was recorded for the old commit: neither deployed over nor harvested under the new key.
+    with pytest.raises(k.KernelError, match="tt_metal_commit 8c48a10 differs from this spec's tt_metal_commit 9d11e2f"):
+        k.deploy(opts(tmp_path / "b", **new), store)
+    with pytest.raises(k.KernelError, match="tt_metal_commit 8c48a10 differs from this spec's tt_metal_commit 9d11e2f"):
+        k.harvest(opts(tmp_path / "b", warmed=True, **new), store)
+
+
+def test_foreign_cache_is_left_alone_unless_forced(tmp_path, store):
+    warm_cache(tmp_path / "a")
+    k.harvest(opts(tmp_path / "a", warmed=True), store)
+    _root, local = warm_cache(tmp_path / "b", files={"local.bin": b"compiled here"})
+    kept = k.deploy(opts(tmp_path / "b"), store)
+    assert not kept["changed"] and "left as it is" in kept["reason"]
+    forced = k.deploy(opts(tmp_path / "b", force=True), store, now=OLD)
+    assert forced["changed"] and forced["moved_aside"].endswith("P300x2.ttfleet-aside-20010909T014640Z")
+    assert tree(forced["moved_aside"]) == local
+    assert "local.bin" not in tree(k.cache_path(str(tmp_path / "b"), KEY))
+
+
+def test_corrupt_archive_is_refused_and_nothing_is_placed(tmp_path, store):
+    warm_cache(tmp_path / "a")
+    k.harvest(opts(tmp_path / "a", warmed=True), store)
+    archive = os.path.join(store.entry_dir(KEY), "kernels.tar.zst")
+    data = bytearray(pathlib.Path(archive).read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    pathlib.Path(archive).write_bytes(bytes(data))
+    with pytest.raises(k.KernelError):
+        k.deploy(opts(tmp_path / "b"), store)
+    parent = os.path.dirname(k.cache_path(str(tmp_path / "b"), KEY))
+    assert os.listdir(parent) == []
+
+
+def test_mislabelled_manifest_is_refused(tmp_path, store):
+    warm_cache(tmp_path / "a")
+    k.harvest(opts(tmp_path / "a", warmed=True), store)
+    path = os.path.join(store.entry_dir(KEY), "manifest.json")
+    manifest = json.loads(pathlib.Path(path).read_text())
+    manifest["key"]["tt_metal_commit"] = "0000000"
+    pathlib.Path(path).write_text(json.dumps(manifest))
+    with pytest.raises(k.KernelError, match="misplaced"):
+        k.deploy(opts(tmp_path / "b"), store)
+
+
+def test_unsafe_members_are_refused(tmp_path):
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        info = tarfile.TarInfo("../escape")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"x"))
+    packed = subprocess.run(["zstd", "-q", "-c"], input=raw.getvalue(), capture_output=True, check=True).stdout
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    with pytest.raises(k.KernelError, match=r"unsafe member name '\.\./escape'"):
+        k.unpack(io.BytesIO(packed), str(staging), shutil.which("zstd"), 100)
+    assert not (tmp_path / "escape").exists()
+
+
+def test_deploy_from_an_http_store(tmp_path, store):
+    _root, files = warm_cache(tmp_path / "a")
+    k.harvest(opts(tmp_path / "a", warmed=True), store)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=store.root)
+    handler.log_message = lambda *a: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        remote = k.HttpStore(f"http://127.0.0.1:{server.server_address[1]}", timeout=10)
+        got = k.deploy(opts(tmp_path / "b"), remote)
+        assert got["changed"] and tree(k.cache_path(str(tmp_path / "b"), KEY)) == files
+        missing = k.deploy(opts(tmp_path / "c", tt_metal_commit="9d11e2f"), remote)
+        assert missing["missing"] and not missing["changed"]
+    finally:
+        server.shutdown()
