@@ -1,0 +1,210 @@
+# Copyright (c) ttfleet.inference contributors
+# SPDX-License-Identifier: Apache-2.0
+"""Action plugin of ttfleet.inference.model_weights: run the module and show its progress while it runs.
+
+A weights transfer can take an hour. The module runs as an async job on the host; while it runs this plugin
+polls the job (``ansible.legacy.async_status``) and, every ``ttfleet_progress_interval`` seconds (30 when the
+variable is not set), reads the module's status file and prints bytes done/total, rate and ETA through
+Ansible's display. The result is the module's own, as if it had run synchronously; the job file and the
+status file it created are removed at the end.
+
+Check mode and tasks with their own ``async:`` run the module as usual (check mode moves no bytes; an
+``async`` task is polled by Ansible itself).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+display = Display()
+
+INTERVAL_VAR = "ttfleet_progress_interval"
+DEFAULT_INTERVAL = 30.0
+# The async wrapper kills its job after this many seconds; a transfer slower than this is hopeless anyway.
+JOB_LIMIT = 7 * 24 * 3600
+MAX_POLL = 5.0
+_JOB_KEYS = (
+    "ansible_job_id",
+    "finished",
+    "started",
+    "results_file",
+    "stdout",
+    "stderr",
+    "stdout_lines",
+    "stderr_lines",
+)
+
+
+def human_bytes(count):
+    value = float(count or 0)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024:
+            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+def human_duration(seconds):
+    if seconds is None:
+        return "unknown"
+    seconds = round(max(float(seconds), 0))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m{secs:02d}s"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+def parse_interval(value):
+    """The reporting interval in seconds from the variable's value (None: the default)."""
+    if value is None or value == "":
+        return DEFAULT_INTERVAL
+    try:
+        interval = float(value)
+    except (TypeError, ValueError):
+        interval = -1
+    if not 0 < interval <= 3600:
+        raise AnsibleActionFail(
+            f"{INTERVAL_VAR} must be a number of seconds between 0 and 3600 (got {value!r}); "
+            f"set it in the inventory, for example {INTERVAL_VAR}: 30"
+        )
+    return interval
+
+
+def parse_status(text):
+    """The status file's JSON object, or None when it is absent, partial or not an object."""
+    try:
+        data = json.loads(text)
+    except (TypeError, ValueError):
+        return None
+    return data if isinstance(data, dict) and "done_bytes" in data else None
+
+
+def progress_line(host, status, elapsed, show_file=True):
+    """One line of progress for the playbook output."""
+    head = f"{host}: model_weights"
+    if status is None:
+        return f"{head} running for {human_duration(elapsed)}, no bytes moving yet (listing and checking files)"
+    done, total = int(status.get("done_bytes") or 0), int(status.get("total_bytes") or 0)
+    percent = f" ({100.0 * done / total:.1f}%)" if total else ""
+    line = (
+        f"{head} {human_bytes(done)} of {human_bytes(total)}{percent} at {human_bytes(status.get('rate') or 0)}/s, "
+        f"ETA {human_duration(status.get('eta'))}"
+    )
+    if status.get("state") not in (None, "running"):
+        line += f", {status['state']}"
+    if show_file and status.get("file"):
+        line += f" [{status['file']}]"
+    return line
+
+
+def job_result(data):
+    """The module's result from an async_status answer, without the job's bookkeeping keys."""
+    return {key: value for key, value in data.items() if key not in _JOB_KEYS}
+
+
+class ActionModule(ActionBase):
+    _supports_check_mode = True
+    _supports_async = True
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        del tmp
+        task_vars = task_vars or {}
+        if self._task.async_val or self._play_context.check_mode:
+            wrap = bool(self._task.async_val) and not self._connection.has_native_async
+            result.update(self._execute_module(task_vars=task_vars, wrap_async=wrap))
+            if not wrap:
+                self._remove_tmp_path(self._connection._shell.tmpdir)
+            return result
+
+        interval = parse_interval(self._templar.template(task_vars.get(INTERVAL_VAR)))
+        host = task_vars.get("inventory_hostname", "host")
+        args = dict(self._task.args)
+        status_dir = None
+        if not args.get("status_file"):
+            status_dir = self._make_status_dir()
+            args["status_file"] = f"{status_dir}/progress.json"
+        jid = None
+        try:
+            jid, launched = self._launch(args, task_vars)
+            if jid is None:
+                result.update(launched)
+                return result
+            result.update(self._follow(jid, args["status_file"], interval, host, task_vars))
+            return result
+        finally:
+            self._cleanup(jid, status_dir, task_vars)
+
+    # -- steps --------------------------------------------------------------------------------------
+
+    def _run_command(self, command):
+        res = self._low_level_execute_command(command, sudoable=True)
+        return res.get("rc"), res.get("stdout", "")
+
+    def _make_status_dir(self):
+        rc, out = self._run_command("umask 077 && mktemp -d \"${TMPDIR:-/tmp}/ttfleet-progress.XXXXXXXX\"")
+        path = out.strip().splitlines()[-1] if out.strip() else ""
+        if rc != 0 or not path.startswith("/"):
+            raise AnsibleActionFail(
+                f"could not create a directory for the progress file on the host (mktemp -d answered {out!r})"
+            )
+        return path
+
+    def _launch(self, args, task_vars):
+        self._task.async_val = JOB_LIMIT
+        try:
+            launched = self._execute_module(module_args=args, task_vars=task_vars, wrap_async=True)
+        finally:
+            self._task.async_val = 0
+        jid = launched.get("ansible_job_id")
+        if launched.get("failed") or not jid:
+            return None, launched
+        return jid, launched
+
+    def _async_dir(self):
+        return self._remote_expand_user(self.get_shell_option("async_dir", default="~/.ansible_async"))
+
+    def _job(self, jid, task_vars, mode="status"):
+        return self._execute_module(
+            module_name="ansible.legacy.async_status",
+            module_args={"jid": jid, "mode": mode, "_async_dir": self._async_dir()},
+            task_vars=task_vars,
+        )
+
+    def _read_status(self, path):
+        rc, out = self._run_command(f"cat -- {shlex.quote(path)} 2>/dev/null || true")
+        return parse_status(out) if rc == 0 else None
+
+    def _follow(self, jid, status_file, interval, host, task_vars):
+        started = time.monotonic()
+        next_report = started + interval
+        poll = min(interval, MAX_POLL)
+        show_file = not self._task.no_log
+        while True:
+            time.sleep(poll)
+            data = self._job(jid, task_vars)
+            if data.get("finished") or (data.get("failed") and not data.get("started")):
+                return job_result(data)
+            now = time.monotonic()
+            if now >= next_report:
+                display.display(progress_line(host, self._read_status(status_file), now - started, show_file))
+                next_report = now + interval
+
+    def _cleanup(self, jid, status_dir, task_vars):
+        if jid is not None:
+            try:
+                self._job(jid, task_vars, mode="cleanup")
+            except Exception as exc:  # cleanup must not hide the task's own result or error
+                display.warning(f"could not remove the async job file {jid}: {exc}")
+        if status_dir is not None:
+            self._run_command(f"rm -rf -- {shlex.quote(status_dir)}")
+        self._remove_tmp_path(self._connection._shell.tmpdir)
