@@ -34,6 +34,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._facts import nearest_existing
+from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client, S3Error
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
 
 STAGING_NAME = ".ttfleet-staging"
@@ -41,6 +42,7 @@ STAGING_STATE = ".ttfleet-staging.json"
 PART_SUFFIX = ".ttfleet-part"
 TEMP_PREFIX = ".ttfleet-tmp-"
 DEFAULT_ENDPOINT = "https://huggingface.co"
+COMMIT_SOURCES = ("hf", "s3", "peer")
 DEFAULT_IGNORE_PATTERNS = ("original/**",)
 MANIFEST_SCHEMA = 1
 HASH_CHUNK = 8 << 20
@@ -418,6 +420,159 @@ def list_path_source(root, allow_patterns=None, ignore_patterns=DEFAULT_IGNORE_P
 
 
 # ---------------------------------------------------------------------------
+# Sources that carry our own manifest: an S3 bucket and a peer host
+
+
+def manifest_files(manifest, repo_id, revision, origin, allow_patterns=None, ignore_patterns=DEFAULT_IGNORE_PATTERNS):
+    """File dicts (with the sha256 to check) from a manifest of ours that a bucket or a peer holds.
+
+    The manifest must be for ``repo_id`` at ``revision`` and list a size and a sha256 for every file.
+    """
+    if (
+        not isinstance(manifest, dict)
+        or manifest.get("schema") != MANIFEST_SCHEMA
+        or not isinstance(manifest.get("files"), dict)
+    ):
+        raise WeightsError(f"{origin} holds no usable {MANIFEST_NAME} (schema {MANIFEST_SCHEMA} with files)")
+    got = (manifest.get("repo_id"), manifest.get("revision"))
+    if got != (repo_id, revision):
+        raise WeightsError(
+            f"{origin} holds {got[0]}@{got[1]}, not {repo_id}@{revision}; point it at a copy of that revision"
+        )
+    by_path = {}
+    for path, entry in manifest["files"].items():
+        check_relpath(path, origin)
+        size = entry.get("size") if isinstance(entry, dict) else None
+        digest = str(entry.get("sha256") or "") if isinstance(entry, dict) else ""
+        if not isinstance(size, int) or size < 0 or not _HEX64_RE.match(digest):
+            raise WeightsError(f"{origin} lists {path} in its manifest without a size and sha256")
+        by_path[path] = {
+            "path": path,
+            "size": size,
+            "lfs": False,
+            "from_manifest": True,
+            "sha256": digest,
+            "blob_sha1": None,
+        }
+    return [by_path[path] for path in filter_paths(sorted(by_path), allow_patterns, ignore_patterns)]
+
+
+def s3_prefix_of(prefix, repo_id, revision):
+    """The key prefix of a model in a bucket: ``<prefix>/<repo_id>/<revision>/`` (no leading slash)."""
+    parts = [part for part in (prefix or "").strip("/").split("/") if part]
+    return "/".join(parts + repo_id.split("/") + [revision]) + "/"
+
+
+class _ClosingResponse:
+    """An http.client response that also closes its connection, shaped like what ``urlopen`` returns."""
+
+    def __init__(self, resp):
+        self._resp = resp
+        self.status = resp.status
+        self.headers = resp.headers
+
+    def read(self, amount=None):
+        return self._resp.read(amount)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._resp.close()
+        self._resp.connection_to_close.close()
+
+
+class S3Files:
+    """The weights of one model in an S3 bucket, with the ``open``/``file_url`` interface ``fetch_hf`` uses.
+
+    Keys are ``<prefix>/<repo_id>/<revision>/<file>``; ``<file>`` is the path in the ``--local-dir`` layout,
+    and ``.ttfleet-manifest.json`` beside the files gives the size and sha256 of each one (upload a weights
+    directory that this collection filled, manifest included, to publish a model).
+    """
+
+    def __init__(self, client, bucket, prefix, repo_id, revision):
+        self.client = client
+        self.bucket = bucket
+        self.base = s3_prefix_of(prefix, repo_id, revision)
+        self.endpoint = f"{client.endpoint}/{bucket}/{self.base}"
+        self.token = None
+
+    def file_url(self, _repo_id, _sha, path):
+        return self.base + path
+
+    def open(self, key, what, repo_id, headers=None):
+        match = re.match(r"^bytes=(\d+)-$", (headers or {}).get("Range", ""))
+        try:
+            resp, _start = self.client.open_object(self.bucket, key, int(match.group(1)) if match else 0)
+        except S3Error as exc:
+            if exc.status is None or exc.status >= 500:
+                raise ConnectionError(str(exc)) from None
+            raise WeightsError(f"{exc} (reading {what} of {repo_id})") from None
+        return _ClosingResponse(resp)
+
+    def list(self, repo_id, revision, allow_patterns=None, ignore_patterns=DEFAULT_IGNORE_PATTERNS):
+        origin = f"s3://{self.bucket}/{self.base} at {self.client.endpoint}"
+        try:
+            status, _headers, body = self.client.request(
+                "GET", self.bucket, self.base + MANIFEST_NAME, expect=(200, 404)
+            )
+            if status == 404:
+                raise WeightsError(
+                    f"{origin} has no {MANIFEST_NAME}; upload the whole weights directory of {repo_id}@{revision} "
+                    f"(as this collection writes it, manifest included) under that prefix, or check "
+                    "s3_bucket and s3_prefix"
+                )
+            try:
+                manifest = json.loads(body)
+            except ValueError:
+                raise WeightsError(f"{origin} holds a {MANIFEST_NAME} that is not JSON") from None
+            files = manifest_files(manifest, repo_id, revision, origin, allow_patterns, ignore_patterns)
+            present = {
+                obj["key"][len(self.base) :]: obj["size"] for obj in self.client.list_objects(self.bucket, self.base)
+            }
+        except S3Error as exc:
+            raise WeightsError(str(exc)) from None
+        missing = [item["path"] for item in files if present.get(item["path"]) != item["size"]]
+        if missing:
+            raise WeightsError(
+                f"{origin} lacks or holds a different size of {len(missing)} file(s) its manifest lists "
+                f"({', '.join(missing[:5])}); upload them again"
+            )
+        return files
+
+
+class PeerFiles(Hub):
+    """The weights of a fleet host, served read-only by ``ttfleet.inference.weights_server`` at ``url``."""
+
+    def __init__(self, url, timeout=60):
+        if not re.match(r"^https?://[^/\s]+/", url or ""):
+            raise WeightsError(
+                f"peer_url {url!r} is not an http(s) URL ending in /; use the url weights_server returns"
+            )
+        super().__init__(url.rstrip("/"), None, timeout)
+        self.base = url if url.endswith("/") else url + "/"
+
+    def file_url(self, _repo_id, _sha, path):
+        return self.base + urllib.parse.quote(path, safe="/")
+
+    def _http_message(self, code, detail, what, repo_id):
+        return (
+            f"peer {self.endpoint} answered HTTP {code} for {what} of {repo_id}; the holder's server may have stopped "
+            "or lack that file; run the role again (it restarts the server) or use another source"
+        )
+
+    def list(self, repo_id, revision, allow_patterns=None, ignore_patterns=DEFAULT_IGNORE_PATTERNS):
+        try:
+            manifest, _link = self.get_json(self.base + MANIFEST_NAME, "the manifest", repo_id)
+        except _RETRYABLE as exc:
+            raise WeightsError(
+                f"cannot reach peer {self.endpoint}: {getattr(exc, 'reason', None) or exc}; check that the holder's "
+                "weights_server runs and its port is open between the hosts"
+            ) from None
+        return manifest_files(manifest, repo_id, revision, f"peer {self.endpoint}", allow_patterns, ignore_patterns)
+
+
+# ---------------------------------------------------------------------------
 # Manifest and staging state
 
 
@@ -453,9 +608,14 @@ def read_json(path, limit=_MANIFEST_MAX_BYTES):
 
 
 def identity_of(source, repo_id=None, revision=None, path=None):
-    """What a manifest must record for its files to count as this source's files."""
-    if source == "hf":
-        return {"source": "hf", "repo_id": repo_id, "revision": revision}
+    """What a manifest must record for its files to count as this source's files.
+
+    A repository at a commit is the same bytes wherever they come from, so hf, s3 and peer share one
+    identity (repository and revision): weights pulled from a peer or a bucket count as converged for the
+    Hub source and the other way round. A path source is identified by its directory.
+    """
+    if source in COMMIT_SOURCES:
+        return {"repo_id": repo_id, "revision": revision}
     return {"source": "path", "repo_id": repo_id, "path": path}
 
 
@@ -467,8 +627,9 @@ def manifest_matches(manifest, identity):
     return all(manifest.get(key) == value for key, value in identity.items())
 
 
-def build_manifest(identity, files, endpoint=None, verified_at=None):
+def build_manifest(identity, files, endpoint=None, verified_at=None, source=None):
     data = dict(identity)
+    data.setdefault("source", source)
     data.update(
         schema=MANIFEST_SCHEMA,
         endpoint=scrub(endpoint) if endpoint else None,
@@ -519,7 +680,7 @@ def _expected_key(item):
     """What a staged file was checked against; it stays valid while the source lists the same digest."""
     if item.get("blob_sha1"):
         return f"blob:{item['blob_sha1']}"
-    if item.get("lfs"):
+    if item.get("lfs") or item.get("from_manifest"):
         return f"sha256:{item['sha256']}"
     return f"size:{item['size']}"
 
@@ -867,11 +1028,12 @@ def fetch_hf(hub, repo_id, sha, plan, progress, owner=None):
     stats = {"fetched_bytes": 0, "restarts": 0, "files": []}
     for rel, item, final in _unstaged(plan, staged, owner):
         got = _download(hub, repo_id, sha, item, final + PART_SUFFIX, progress, stats)
-        if got["sha256" if item["lfs"] else "blob_sha1"] != item["sha256" if item["lfs"] else "blob_sha1"]:
+        key = "blob_sha1" if item.get("blob_sha1") else "sha256"
+        if got[key] != item[key]:
             with contextlib.suppress(OSError):
                 os.unlink(final + PART_SUFFIX)
             expected = item["sha256"] or f"git blob {item['blob_sha1']}"
-            actual = got["sha256"] if item["lfs"] else f"git blob {got['blob_sha1']}"
+            actual = got["sha256"] if key == "sha256" else f"git blob {got['blob_sha1']}"
             raise WeightsError(
                 f"{hub.endpoint} sent {rel} of {repo_id}@{sha} with the wrong content (expected {expected}, got "
                 f"{actual}); the partial file was removed, run again or use another hf_endpoint"
@@ -891,7 +1053,7 @@ def _download(hub, repo_id, sha, item, part, progress, stats):
         if offset > size:
             os.truncate(part, 0)
             offset = 0
-        digests = Digests(None if item["lfs"] else size)
+        digests = Digests(size if item.get("blob_sha1") else None)
         if offset:
             with open(part, "rb") as handle:
                 remaining = offset
@@ -912,7 +1074,7 @@ def _download(hub, repo_id, sha, item, part, progress, stats):
                     stats["restarts"] += 1
                     progress.advance(-offset, rel)
                     offset = 0
-                    digests = Digests(None if item["lfs"] else size)
+                    digests = Digests(size if item.get("blob_sha1") else None)
                 with open(part, "r+b" if offset else "wb") as handle:
                     handle.seek(offset)
                     handle.truncate()
@@ -1080,6 +1242,42 @@ def diff_of(plan, label, manifest_changed):
     }
 
 
+def _manifest_source(options, source, repo_id, allow, ignore):
+    """``(files object, revision, file dicts, endpoint, label)`` of an s3 or peer source."""
+    if not repo_id:
+        raise WeightsError(f"source {source} needs repo_id, e.g. Qwen/Qwen3-32B")
+    check_repo_id(repo_id)
+    revision = options.get("revision")
+    check_revision(repo_id, revision, options.get("allow_floating_revision"))
+    if not revision:
+        raise WeightsError(f"source {source} needs revision, the commit (or, floating, the name) the copy was made at")
+    if source == "peer":
+        files_at = PeerFiles(options.get("peer_url"), options.get("timeout") or 60)
+        label = f"peer {files_at.endpoint} ({repo_id}@{revision})"
+    else:
+        missing = [
+            name for name in ("s3_endpoint", "s3_bucket", "s3_access_key", "s3_secret_key") if not options.get(name)
+        ]
+        if missing:
+            raise WeightsError(f"source s3 needs {', '.join(missing)}; set them (keep the keys in a vault)")
+        try:
+            client = S3Client(
+                options["s3_endpoint"],
+                options["s3_access_key"],
+                options["s3_secret_key"],
+                region=options.get("s3_region") or "us-east-1",
+                ca_bundle=options.get("s3_ca_bundle"),
+                verify=options.get("s3_verify", True) is not False,
+                timeout=options.get("timeout") or 60,
+            )
+        except S3Error as exc:
+            raise WeightsError(str(exc)) from None
+        files_at = S3Files(client, options["s3_bucket"], options.get("s3_prefix"), repo_id, revision)
+        label = f"s3 {repo_id}@{revision} from s3://{options['s3_bucket']}/{files_at.base} at {client.endpoint}"
+    files = files_at.list(repo_id, revision, allow, ignore)
+    return files_at, revision, files, files_at.endpoint, label
+
+
 def sync_weights(options, check_mode=False, callback=None, hub=None):
     """Plan, and unless ``check_mode`` fetch, place and record the weights. Returns the module's result.
 
@@ -1099,8 +1297,12 @@ def sync_weights(options, check_mode=False, callback=None, hub=None):
     host = options.get("host") or socket.gethostname()
     repo_id = options.get("repo_id")
     token = options.get("hf_token")
+    secrets_seen = (token, options.get("s3_secret_key"), options.get("s3_access_key"))
     try:
-        if source == "hf":
+        if source in ("s3", "peer"):
+            hub, sha, files, endpoint, label = _manifest_source(options, source, repo_id, allow, ignore)
+            identity = identity_of(source, repo_id, sha)
+        elif source == "hf":
             if not repo_id:
                 raise WeightsError("source hf needs repo_id, e.g. Qwen/Qwen3-32B")
             hub = hub or Hub(options.get("hf_endpoint"), token, options.get("timeout") or 60)
@@ -1133,7 +1335,7 @@ def sync_weights(options, check_mode=False, callback=None, hub=None):
         if plan["to_fetch"] and not check_mode:
             progress = Progress(plan["bytes_to_fetch"], options.get("status_file"), callback)
             try:
-                if source == "hf":
+                if source in COMMIT_SOURCES:
                     stats = fetch_hf(hub, repo_id, sha, plan, progress, owner)
                 else:
                     stats = fetch_path(plan, progress, workers, owner)
@@ -1149,15 +1351,17 @@ def sync_weights(options, check_mode=False, callback=None, hub=None):
             if plan["hashed"] or plan["to_fetch"]
             else ((plan["manifest"] or {}).get("verified_at"))
         )
-        manifest = build_manifest(identity, plan["files"], endpoint, verified_at)
+        manifest = build_manifest(identity, plan["files"], endpoint, verified_at, source)
         manifest_changed = _manifest_body(manifest) != _manifest_body(plan["manifest"]) or not plan["manifest_matches"]
         if not check_mode and manifest_changed:
             _makedirs(dest, owner)
             write_manifest(dest, manifest, owner)
     except WeightsError as exc:
-        raise WeightsError(scrub(exc, token)) from None
+        raise WeightsError(scrub(exc, *secrets_seen)) from None
     except OSError as exc:
-        raise WeightsError(scrub(f"{host}: writing the weights of {repo_id or dest} failed: {exc}", token)) from None
+        raise WeightsError(
+            scrub(f"{host}: writing the weights of {repo_id or dest} failed: {exc}", *secrets_seen)
+        ) from None
 
     changed = bool(plan["to_fetch"] or plan["attrs"] or manifest_changed)
     return {

@@ -54,8 +54,14 @@ options:
     description:
       - Where the files come from. V(hf) is a Hugging Face Hub (or mirror) at O(hf_endpoint), V(path) a directory
         on the host given by O(path).
+      - V(s3) is an S3-compatible bucket holding the weights directory in the C(--local-dir) layout under the keys
+        C(<s3_prefix>/<repo_id>/<revision>/<file>), with the C(.ttfleet-manifest.json) this module writes beside the
+        files (upload a weights directory that this module filled, manifest included); each file is checked against
+        the manifest's sha256.
+      - V(peer) is another fleet host holding the same O(repo_id) at the same O(revision), served by
+        M(ttfleet.inference.weights_server) at O(peer_url); files are checked against the peer's manifest.
     type: str
-    choices: [hf, path]
+    choices: [hf, path, s3, peer]
     default: hf
   repo_id:
     description:
@@ -149,6 +155,39 @@ options:
   host:
     description:
       - Name of the host in messages. Defaults to the host name.
+    type: str
+  s3_endpoint:
+    description: URL of the S3-compatible service, for example V(https://s3.site.lab:9000) (path-style requests).
+    type: str
+  s3_bucket:
+    description: Bucket holding the models.
+    type: str
+  s3_prefix:
+    description: Key prefix above C(<repo_id>/<revision>/) in O(s3_bucket); empty for none.
+    type: str
+    default: ""
+  s3_region:
+    description: Region used in the request signatures (AWS Signature Version 4).
+    type: str
+    default: us-east-1
+  s3_access_key:
+    description:
+      - Access key id. When not set, the E(AWS_ACCESS_KEY_ID) environment variable of the module is used. Never shown.
+    type: str
+  s3_secret_key:
+    description:
+      - Secret access key. When not set, the E(AWS_SECRET_ACCESS_KEY) environment variable of the module is used.
+        Never shown in results, errors or diffs.
+    type: str
+  s3_ca_bundle:
+    description: PEM file of the CA certificates to trust for an V(https) O(s3_endpoint), on the host.
+    type: path
+  s3_verify:
+    description: Verify the TLS certificate of O(s3_endpoint). Turn off only in a lab.
+    type: bool
+    default: true
+  peer_url:
+    description: The RV(ttfleet.inference.weights_server#module:url) of the peer serving the model, for O(source=peer).
     type: str
   timeout:
     description:
@@ -303,7 +342,7 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             dest=dict(type="path", required=True),
-            source=dict(type="str", choices=["hf", "path"], default="hf"),
+            source=dict(type="str", choices=["hf", "path", "s3", "peer"], default="hf"),
             repo_id=dict(type="str"),
             revision=dict(type="str"),
             allow_floating_revision=dict(type="bool", default=False),
@@ -320,12 +359,26 @@ def main():
             status_file=dict(type="path"),
             host=dict(type="str"),
             timeout=dict(type="int", default=60),
+            s3_endpoint=dict(type="str"),
+            s3_bucket=dict(type="str"),
+            s3_prefix=dict(type="str", default=""),
+            s3_region=dict(type="str", default="us-east-1"),
+            s3_access_key=dict(type="str", no_log=True, fallback=(env_fallback, ["AWS_ACCESS_KEY_ID"])),
+            s3_secret_key=dict(type="str", no_log=True, fallback=(env_fallback, ["AWS_SECRET_ACCESS_KEY"])),
+            s3_ca_bundle=dict(type="path"),
+            s3_verify=dict(type="bool", default=True),
+            peer_url=dict(type="str"),
         ),
-        required_if=[("source", "hf", ["repo_id"]), ("source", "path", ["path"])],
+        required_if=[
+            ("source", "hf", ["repo_id"]),
+            ("source", "path", ["path"]),
+            ("source", "s3", ["repo_id", "revision", "s3_endpoint", "s3_bucket", "s3_access_key", "s3_secret_key"]),
+            ("source", "peer", ["repo_id", "revision", "peer_url"]),
+        ],
         supports_check_mode=True,
     )
     params = module.params
-    token = params["hf_token"]
+    secret_values = (params["hf_token"], params["s3_secret_key"], params["s3_access_key"])
     try:
         if params["disk_margin_gb"] < 0:
             raise WeightsError(f"disk_margin_gb must not be negative, got {params['disk_margin_gb']}")
@@ -333,9 +386,11 @@ def main():
             raise WeightsError(f"workers must be at least 1, got {params['workers']}")
         result = sync_weights(params, check_mode=module.check_mode)
     except WeightsError as exc:
-        module.fail_json(msg=scrub(exc, token))
+        module.fail_json(msg=scrub(exc, *secret_values))
     except Exception as exc:  # A traceback would carry request details; keep only the scrubbed text.
-        module.fail_json(msg=scrub(f"model_weights failed for {params['dest']}: {type(exc).__name__}: {exc}", token))
+        module.fail_json(
+            msg=scrub(f"model_weights failed for {params['dest']}: {type(exc).__name__}: {exc}", *secret_values)
+        )
 
     diff = result.pop("diff")
     if module._diff:
