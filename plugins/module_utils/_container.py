@@ -358,6 +358,10 @@ def container_command(
         "legacy_interface": derived["legacy_interface"],
         "inference_engine": engine,
         "model_name": derived["model_name"],
+        "hf_model_repo": derived["hf_model_repo"],
+        "impl_id": derived["impl_id"],
+        "impl_name": derived["impl_name"],
         "device": derived["device"],
         "port": port,
+        "tensor_cache_timeout": derived["tensor_cache_timeout"],
     }

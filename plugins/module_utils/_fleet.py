@@ -17,6 +17,8 @@ def _present(models):
 def model_conflicts(models):
     """Messages for served models that clash: the same model twice on shared devices, or a port twice.
 
+    Entries without ``port`` serve on 8000 + their position (role serve), which checks those ports.
+
     One model may run as several instances (data parallel on a p150x4, say) when each instance has
     its own ``device_ids`` and ``port``; an instance without ``device_ids`` takes every device.
     """
@@ -45,10 +47,4 @@ def model_conflicts(models):
     for port, names in sorted(ports.items()):
         if len(names) > 1:
             problems.append(f"port {port} is given to {', '.join(names)}: each instance needs its own port")
-    unported = [m for m in present if m.get("port") is None]
-    if len(unported) > 1:
-        problems.append(
-            f"{len(unported)} models ({', '.join(str(m['name']) for m in unported)}) have no port and would all take "
-            "the default 8000: set port on all but one"
-        )
     return problems

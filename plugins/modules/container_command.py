@@ -210,11 +210,31 @@ model_name:
   returned: success
   type: str
   sample: Llama-3.2-1B-Instruct
+hf_model_repo:
+  description: Hugging Face repository id of the model, which the server lists in C(/v1/models).
+  returned: success
+  type: str
+  sample: meta-llama/Llama-3.2-1B-Instruct
+impl_id:
+  description: Implementation id (underscore form, used in volume names).
+  returned: success
+  type: str
+  sample: tt_transformers
+impl_name:
+  description: Implementation name (hyphen form, what C(run.py --impl) takes).
+  returned: success
+  type: str
+  sample: tt-transformers
 device:
   description: TTIS device name in lower case.
   returned: success
   type: str
   sample: n150
+tensor_cache_timeout:
+  description: Seconds TTIS allows for the first start with an empty tensor cache (the spec's C(tensor_cache_timeout)).
+  returned: success
+  type: float
+  sample: 3600.0
 port:
   description: Published host port.
   returned: success

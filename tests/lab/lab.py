@@ -11,9 +11,14 @@ one. `up` writes inventories/lab/hosts.yml with one group per device type.
     tests/lab/lab.py status                          list lab hosts
     tests/lab/lab.py provision NAME=DEVICE ...       add the stand-ins to running containers
     tests/lab/lab.py fault NAME --device D [--boards D2] [--firmware V] [--kmd V] [--no-hugepages] [--reset]
+    tests/lab/lab.py serve-image --tag IMAGE [--tag IMAGE ...] [--copy NAME:PATH ...]
+                                                     build the stand-in inference image under the given
+                                                     names, `docker save` it (cached) and copy the tarball
+                                                     into running hosts; prints the tarball's path
 """
 import argparse
 import glob
+import hashlib
 import json
 import os
 import subprocess
@@ -28,6 +33,8 @@ NETWORK = "ttfleet-lab"
 IMAGE_SCRIPT = os.path.join(ROOT, "tests", "lab", "build-image.sh")
 TTIS_REPO_SCRIPT = os.path.join(ROOT, "tests", "lab", "ttis_repo.py")
 TTIS_LAB = os.path.join(ROOT, ".cache", "ttis-lab")
+SERVE_IMAGE_DIR = os.path.join(ROOT, "tests", "lab", "serve_image")
+SERVE_IMAGE_CACHE = os.path.join(ROOT, ".cache", "serve-image")
 # Where each lab host finds its tt-inference-server mirror and a PyPI-free wheelhouse
 # (inventories/lab/group_vars/all.yml points the inference_server role there).
 HOST_LAB_DIR = "/var/lib/ttfleet-lab"
@@ -122,11 +129,52 @@ fi
 """
 
 
+# What the KMD (device nodes) and tenstorrent-tools (the hugepages mount unit) give a real host at every
+# boot, so that a restarted lab host comes back like a rebooted machine.
+DEVICES_UNIT = """[Unit]
+Description=ttfleet lab stand-in for the Tenstorrent KMD: /dev/tenstorrent nodes
+DefaultDependencies=no
+Before=docker.service sysinit.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/bin/sh /etc/ttfleet-lab/devices.sh
+
+[Install]
+WantedBy=sysinit.target
+"""
+HUGEPAGES_UNIT = """[Unit]
+Description=1G huge pages (ttfleet lab copy of tenstorrent-tools' unit)
+DefaultDependencies=no
+Before=sysinit.target
+
+[Mount]
+What=hugetlbfs
+Where=/dev/hugepages-1G
+Type=hugetlbfs
+Options=pagesize=1G,mode=1770
+
+[Install]
+WantedBy=sysinit.target
+"""
+
+
 def provision_script(device):
     pcie = DEVICES[device]["pcie"]
     return f"""set -e
-mkdir -p /dev/tenstorrent /etc/ttfleet-lab /dev/hugepages-1G
+mkdir -p /etc/ttfleet-lab
+cat > /etc/ttfleet-lab/devices.sh <<'SH'
+mkdir -p /dev/tenstorrent /dev/hugepages-1G
 for n in $(seq 0 {pcie - 1}); do [ -e /dev/tenstorrent/$n ] || mknod -m 0666 /dev/tenstorrent/$n c {TT_MAJOR} $n; done
+SH
+sh /etc/ttfleet-lab/devices.sh
+cat > /etc/systemd/system/ttfleet-lab-devices.service <<'UNIT'
+{DEVICES_UNIT}UNIT
+cat > '/etc/systemd/system/dev-hugepages\\x2d1G.mount' <<'UNIT'
+{HUGEPAGES_UNIT}UNIT
+systemctl daemon-reload
+systemctl enable -q ttfleet-lab-devices.service 'dev-hugepages\\x2d1G.mount'
 findmnt /dev/hugepages-1G >/dev/null || mount -t hugetlbfs -o pagesize=1G,mode=1770 hugetlbfs /dev/hugepages-1G
 echo {device} > /etc/ttfleet-lab/device
 """
@@ -317,6 +365,51 @@ def cmd_fault(args):
         f"kmd {args.kmd or 'as shipped'}, hugepages {'unmounted' if args.no_hugepages else 'mounted'})")
 
 
+def serve_image(tags):
+    """The stand-in inference image tagged with ``tags``, saved once per content under .cache/serve-image."""
+    base = ensure_image()
+    base_id = docker("image", "inspect", "--format", "{{.Id}}", base).stdout.strip()
+    digest = hashlib.sha256()
+    for name in sorted(os.listdir(SERVE_IMAGE_DIR)):
+        with open(os.path.join(SERVE_IMAGE_DIR, name), "rb") as handle:
+            digest.update(name.encode() + b"\0" + handle.read() + b"\0")
+    digest.update(base_id.encode())
+    build_tag = f"ttfleet-lab/tt-serve-standin:{digest.hexdigest()[:12]}"
+    digest.update("\0".join(sorted(tags)).encode())
+    tarball = os.path.join(SERVE_IMAGE_CACHE, f"standin-{digest.hexdigest()[:16]}.tar")
+    if os.path.exists(tarball):
+        return tarball
+    if docker("image", "inspect", build_tag, check=False).returncode != 0:
+        log(f"building {build_tag} (lab stand-in inference server)")
+        proc = subprocess.run(
+            ["docker", "build", "-q", "--build-arg", f"BASE={base}", "-t", build_tag, SERVE_IMAGE_DIR],
+            check=False, text=True, capture_output=True,
+        )
+        if proc.returncode != 0:
+            raise SystemExit(f"docker build of the stand-in failed: {proc.stderr.strip()}")
+    for tag in tags:
+        docker("tag", build_tag, tag)
+    os.makedirs(SERVE_IMAGE_CACHE, exist_ok=True)
+    for stale in glob.glob(os.path.join(SERVE_IMAGE_CACHE, "standin-*.tar")):
+        os.unlink(stale)
+    log(f"docker save {' '.join(tags)} -> {os.path.relpath(tarball, ROOT)}")
+    docker("save", "--output", tarball + ".tmp", *tags)
+    os.replace(tarball + ".tmp", tarball)
+    return tarball
+
+
+def cmd_serve_image(args):
+    tarball = serve_image(args.tag)
+    for item in args.copy or []:
+        name, _sep, path = item.partition(":")
+        if not name or not path.startswith("/"):
+            raise SystemExit(f"--copy {item!r}: expected NAME:/absolute/path")
+        docker("exec", name, "mkdir", "-p", os.path.dirname(path))
+        docker("cp", tarball, f"{name}:{path}")
+        log(f"{name}: {path}")
+    print(tarball)
+
+
 def cmd_status(_args):
     for name, info in sorted(lab_containers().items()):
         print(f"{name}\t{info['device']}\t{info['state']}")
@@ -343,6 +436,10 @@ def main():
     fault.add_argument("--no-hugepages", action="store_true", help="unmount /dev/hugepages-1G")
     fault.add_argument("--reset", action="store_true", help="back to the real device's snapshot and mounts")
     fault.set_defaults(func=cmd_fault)
+    image = sub.add_parser("serve-image", help="build, save and copy the stand-in inference image")
+    image.add_argument("--tag", action="append", required=True, help="image name to give it (repeatable)")
+    image.add_argument("--copy", action="append", metavar="NAME:PATH", help="copy the tarball into a host")
+    image.set_defaults(func=cmd_serve_image)
     args = parser.parse_args()
     args.func(args)
 

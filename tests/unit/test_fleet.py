@@ -16,6 +16,8 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._fleet import mo
          {"name": "Llama-3.1-8B-Instruct", "device_ids": [1], "port": 8001}],
         # An absent entry does not clash with its replacement.
         [{"name": "Qwen3-32B", "state": "absent"}, {"name": "Qwen/Qwen3-32B"}],
+        # Without ports, entries serve on 8000 + their position.
+        [{"name": "a", "device_ids": [0]}, {"name": "b", "device_ids": [1]}],
     ],
 )
 def test_no_conflict(models):
@@ -31,7 +33,6 @@ def test_no_conflict(models):
          "device ids [1]"),
         ([{"name": "a", "port": 8000}, {"name": "b", "port": 8000}], "port 8000 is given to a, b"),
         ([{"name": "a", "port": 70000}], "outside 1-65535"),
-        ([{"name": "a"}, {"name": "b"}], "have no port"),
     ],
 )
 def test_conflict_messages(models, needle):
