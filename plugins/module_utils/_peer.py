@@ -175,6 +175,22 @@ class Counter:
             os.replace(temp, self.stats_path)
 
 
+def default_address():
+    """The address of the interface that holds the default route, else the one the host name resolves to.
+
+    Connecting a UDP socket sends nothing; it only makes the kernel choose the source address.
+    """
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.connect(("192.0.2.1", 9))
+        address = sock.getsockname()[0]
+        if address and not address.startswith("0."):
+            return address
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        raise PeerError("cannot find this host's address; set bind to the address peers reach it at") from None
+
+
 def state_path(run_dir, name):
     if not _NAME_RE.match(name or ""):
         raise PeerError(f"name {name!r} must be letters, digits, '.', '_' or '-' (it names the state file)")

@@ -640,7 +640,9 @@ def build_manifest(identity, files, endpoint=None, verified_at=None, source=None
 
 
 def _manifest_body(manifest):
-    return {key: value for key, value in (manifest or {}).items() if key != "verified_at"}
+    # Where the files came from (hf, s3, a peer) is history, not state: the same repository and commit with
+    # the same files is converged whichever source is named now.
+    return {key: value for key, value in (manifest or {}).items() if key not in ("verified_at", "source", "endpoint")}
 
 
 def write_manifest(dest, manifest, owner=None):
@@ -1330,6 +1332,8 @@ def sync_weights(options, check_mode=False, callback=None, hub=None):
         plan = plan_weights(files, dest, identity, options.get("verify") or "auto", workers, owner, endpoint)
         margin = int(float(options.get("disk_margin_gb", 10)) * (1 << 30))
         check_disk(dest, plan["bytes_needed"], margin, host, f"the weights of {repo_id or label}")
+        probe = nearest_existing(dest)
+        filesystem = {"device": os.stat(probe).st_dev, "free_bytes": free_bytes(probe), "path": probe}
 
         stats = {"fetched_bytes": 0, "restarts": 0, "files": []}
         if plan["to_fetch"] and not check_mode:
@@ -1382,6 +1386,8 @@ def sync_weights(options, check_mode=False, callback=None, hub=None):
             "complete": plan["complete"],
         },
         "revision": sha,
+        "filesystem": filesystem,
+        "bytes_needed": plan["bytes_needed"],
         "fetched_bytes": stats["fetched_bytes"],
         "restarts": stats["restarts"],
         "hashed": plan["hashed"],

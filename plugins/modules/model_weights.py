@@ -300,6 +300,25 @@ plan:
     complete:
       description: Whether O(dest) held every file intact before the run.
       type: bool
+filesystem:
+  description: The filesystem O(dest) is on (or will be), as found before anything was written, for a preflight
+    across several models.
+  returned: always
+  type: dict
+  contains:
+    device:
+      description: Device number (C(st_dev)) of the nearest existing directory of O(dest).
+      type: int
+    free_bytes:
+      description: Bytes free there for an unprivileged user.
+      type: int
+    path:
+      description: That directory.
+      type: str
+bytes_needed:
+  description: Bytes the fetch writes to the filesystem of O(dest) (hardlinks and staged parts need none).
+  returned: always
+  type: int
 fetched_bytes:
   description: Bytes downloaded or copied in this run (hardlinks move none).
   returned: always

@@ -47,7 +47,9 @@ options:
     type: path
   bind:
     description:
-      - The address to listen on, normally the host's address on the fleet network. Required with O(state=started).
+      - The address to listen on, normally the host's address on the fleet network.
+      - When not set, the address of the interface of the default route (the address peers reach the host at in
+        most fleets), else the address the host name resolves to.
     type: str
   port:
     description: TCP port; V(0) picks a free one.
@@ -92,6 +94,10 @@ port:
   description: The port listened on.
   returned: state is started and not in check mode
   type: int
+address:
+  description: The address listened on (O(bind), or the one found when it was not set).
+  returned: state is started and not in check mode
+  type: str
 pid:
   description: Process id of the server.
   returned: state is started and not in check mode
@@ -109,6 +115,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ttfleet.inference.plugins.module_utils._peer import (
     PeerError,
     alive,
+    default_address,
     read_state,
     start_server,
     stop_server,
@@ -126,7 +133,7 @@ def main():
             ttl=dict(type="int", default=3600),
             run_dir=dict(type="path", default="/run/ttfleet-weights"),
         ),
-        required_if=[("state", "started", ["path", "bind"])],
+        required_if=[("state", "started", ["path"])],
         supports_check_mode=True,
     )
     params = module.params
@@ -140,13 +147,17 @@ def main():
             module.exit_json(changed=was_running, served_bytes=served)
         if not 0 <= params["port"] <= 65535 or params["ttl"] < 1:
             module.fail_json(msg=f"port must be 0-65535 and ttl at least 1 (got {params['port']}, {params['ttl']})")
+        if not params["bind"]:
+            params["bind"] = default_address()
         same = (
             running
             and current.get("path") == os.path.realpath(params["path"])
             and current.get("bind") == params["bind"]
         )
         if same:
-            module.exit_json(changed=False, url=current["url"], port=current["port"], pid=current["pid"])
+            module.exit_json(
+                changed=False, url=current["url"], port=current["port"], pid=current["pid"], address=params["bind"]
+            )
         if module.check_mode:
             module.exit_json(changed=True)
         if running:
@@ -156,7 +167,7 @@ def main():
         )
     except PeerError as exc:
         module.fail_json(msg=str(exc))
-    module.exit_json(changed=True, url=state["url"], port=state["port"], pid=state["pid"])
+    module.exit_json(changed=True, url=state["url"], port=state["port"], pid=state["pid"], address=params["bind"])
 
 
 if __name__ == "__main__":

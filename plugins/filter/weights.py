@@ -1,0 +1,29 @@
+# Copyright (c) ttfleet.inference contributors
+# SPDX-License-Identifier: Apache-2.0
+
+"""Jinja filter that spreads weight transfers over a fleet (see module_utils/_fanout.py).
+
+Documentation lives beside this file, one YAML file per filter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.ttfleet.inference.plugins.module_utils._fanout import fanout
+
+
+def weights_fanout(work_by_host, play_hosts):
+    if not isinstance(work_by_host, Mapping):
+        raise AnsibleFilterError("weights_fanout: the input must map host names to their lists of work entries.")
+    try:
+        return fanout({host: list(entries or []) for host, entries in work_by_host.items()}, list(play_hosts))
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise AnsibleFilterError(f"weights_fanout: malformed work entries ({exc}).") from None
+
+
+class FilterModule:
+    def filters(self):
+        return {"weights_fanout": weights_fanout}
