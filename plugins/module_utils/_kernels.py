@@ -727,6 +727,12 @@ def harvest(options, store, check_mode=False, now=None):
     problems = completeness_problems(scan, where, options.get("quiet_seconds") or 0, now)
     if marker is not None and not key_mismatch(marker["key"], key):
         evidence = f"marker {marker_file} ({marker.get('evidence') or marker.get('source')})"
+    elif options.get("require_marker"):
+        problems.append(
+            f"{host} holds no record ({marker_file}) that its cache of this key is complete; harvest it there first "
+            "(tasks_from: harvest, after a warm-up) or deploy it there from a store"
+        )
+        evidence = None
     elif options.get("warmed"):
         evidence = "operator flag warmed"
     elif options.get("health_url"):
@@ -791,41 +797,71 @@ def harvest(options, store, check_mode=False, now=None):
     return result
 
 
-def deploy(options, store, check_mode=False, now=None):
-    """Put the store's archive of the key in place at the volume's cache path, verified, staged, renamed."""
+def local_state(options):
+    """What is at the cache path of the key: ``{"path", "marker_file", "scan", "in_place", "aside", "reason"}``.
+
+    ``in_place``: a cache deployed or harvested with this key is there. ``aside``: the cache in the way that a
+    deploy moves aside first (only with ``force``). ``reason`` is set when a deploy has nothing to do. A cache
+    recorded for another key is refused without ``force``.
+    """
     key = check_key(options)
     host = options.get("host") or socket.gethostname()
     volume = os.path.normpath(options["volume"])
     path = cache_path(volume, key)
-    parent = os.path.dirname(path)
-    force = bool(options.get("force"))
-    owner = (options.get("owner", 1000), options.get("group", 1000))
     where = f"{host}:{path}"
-    result = {"changed": False, "action": "none", "cache_path": path, "store": store.describe(key), "key": key}
     marker_file, marker = _marker(volume, key)
     scan = scan_cache(path, ())
-    present = scan["exists"] and bool(scan["entries"])
-    aside = None
-    if present:
-        if marker is not None and not key_mismatch(marker["key"], key):
-            result["reason"] = f"{where} already holds {key_text(key)} ({marker.get('source')}, {marker.get('at')})"
-            return result
-        if marker is not None:
-            text = mismatch_text(f"the kernel cache {where} (recorded in {marker_file})", marker["key"], key)
-            if not force:
-                raise KernelError(
-                    f"{text}. Fix: set force: true to move it aside and deploy {key_text(key)}, or serve the spec "
-                    "it was built for"
-                )
-            aside = path
-        elif not force:
-            result["reason"] = (
-                f"{where} holds a kernel cache that no store deployed (compiled here or preseeded); it is left as "
-                "it is. Set force: true to move it aside and deploy from the store"
+    state = {"path": path, "marker_file": marker_file, "scan": scan, "in_place": False, "aside": None, "reason": None}
+    if not (scan["exists"] and scan["entries"]):
+        return state
+    if marker is not None and not key_mismatch(marker["key"], key):
+        state["in_place"] = True
+        state["reason"] = f"{where} already holds {key_text(key)} ({marker.get('source')}, {marker.get('at')})"
+    elif marker is not None:
+        text = mismatch_text(f"the kernel cache {where} (recorded in {marker_file})", marker["key"], key)
+        if not options.get("force"):
+            raise KernelError(
+                f"{text}. Fix: set force: true to move it aside and deploy {key_text(key)}, or serve the spec "
+                "it was built for"
             )
-            return result
-        else:
-            aside = path
+        state["aside"] = path
+    elif not options.get("force"):
+        state["reason"] = (
+            f"{where} holds a kernel cache that no store deployed (compiled here or preseeded); it is left as "
+            "it is. Set force: true to move it aside and deploy from the store"
+        )
+    else:
+        state["aside"] = path
+    return state
+
+
+def inspect(options):
+    """Read-only: whether a deploy of the key would change anything, without asking a store."""
+    key = check_key(options)
+    state = local_state(options)
+    return {
+        "changed": False,
+        "action": "none",
+        "cache_path": state["path"],
+        "key": key,
+        "in_place": state["in_place"],
+        "deployable": state["reason"] is None,
+        "reason": state["reason"] or f"{state['path']} can take the kernel cache of {key_text(key)} from a store",
+    }
+
+
+def deploy(options, store, check_mode=False, now=None):
+    """Put the store's archive of the key in place at the volume's cache path, verified, staged, renamed."""
+    key = check_key(options)
+    host = options.get("host") or socket.gethostname()
+    owner = (options.get("owner", 1000), options.get("group", 1000))
+    state = local_state(options)
+    path, marker_file, scan, aside = state["path"], state["marker_file"], state["scan"], state["aside"]
+    parent = os.path.dirname(path)
+    result = {"changed": False, "action": "none", "cache_path": path, "store": store.describe(key), "key": key}
+    if state["reason"]:
+        result["reason"] = state["reason"]
+        return result
 
     manifest = store.read_manifest(key)
     if manifest is None:

@@ -29,6 +29,8 @@ description:
   - A marker C(cache_<model_name>/.ttfleet-kernels-<mesh>.json) beside the cache records the key it was deployed or
     harvested with. A cache recorded for another O(tt_metal_commit) is never harvested under this key or deployed
     over without O(force=true), and the message names both commits.
+  - O(state=inspected) only reports whether a deploy would change anything (RV(in_place), RV(deployable)); it asks
+    no store, so a play can skip the work of preparing a store (a peer packing its cache) on converged hosts.
   - Archives are compressed by the C(zstd) program, which must be installed on the host (package C(zstd)).
 extends_documentation_fragment:
   - ttfleet.inference.attributes
@@ -48,8 +50,9 @@ options:
     description:
       - V(deployed) puts the store's cache of the key at the cache path of O(volume).
       - V(harvested) packs the cache of O(volume) into the store.
+      - V(inspected) reports what is at the cache path and changes nothing.
     type: str
-    choices: [deployed, harvested]
+    choices: [deployed, harvested, inspected]
     default: deployed
   volume:
     description:
@@ -82,9 +85,9 @@ options:
       - Kind of store. V(path) is a directory on the host (local disk or an NFS share) given by O(store_path);
         V(http) is a read-only store with the same layout under O(store_url) (for example a fleet peer's temporary
         server; deploy only).
+      - Required unless O(state=inspected).
     type: str
     choices: [path, http]
-    required: true
   store_path:
     description: Root directory of a V(path) store. Required when O(store=path).
     type: path
@@ -99,6 +102,12 @@ options:
   warmed:
     description:
       - For O(state=harvested), the operator's word that the server warmed up successfully, instead of O(health_url).
+    type: bool
+    default: false
+  require_marker:
+    description:
+      - For O(state=harvested), accept only a marker of this module recording the same key as evidence (a cache
+        harvested or deployed here before), not O(health_url) or O(warmed). Used to pack a fleet peer's cache.
     type: bool
     default: false
   quiet_seconds:
@@ -207,7 +216,7 @@ cache_path:
   sample: /opt/tt-cache/volume_id_tt_transformers-Qwen3-32B-v0.17.0/tt_metal_cache/cache_Qwen3-32B/P300x2
 store:
   description: Where the store entry of the key is.
-  returned: always
+  returned: unless O(state=inspected)
   type: str
   sample: /mnt/kernel-store/Qwen3-32B/P300x2/tt_transformers/8c48a10/f52987a
 key:
@@ -248,6 +257,14 @@ moved_aside:
   description: Where a cache that was in the way was moved.
   returned: when O(force=true) moved one
   type: str
+in_place:
+  description: A cache deployed or harvested with this key is at RV(cache_path).
+  returned: when O(state=inspected)
+  type: bool
+deployable:
+  description: A deploy would put a cache in place (the path is empty, or O(force=true) moves the cache there aside).
+  returned: when O(state=inspected)
+  type: bool
 evidence:
   description: The evidence of a warm-up a harvest relied on.
   returned: when harvested
@@ -263,6 +280,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._kernels import 
     PathStore,
     deploy,
     harvest,
+    inspect,
     key_text,
 )
 
@@ -287,18 +305,19 @@ def _diff(params, result):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            state=dict(type="str", choices=["deployed", "harvested"], default="deployed"),
+            state=dict(type="str", choices=["deployed", "harvested", "inspected"], default="deployed"),
             volume=dict(type="path", required=True),
             model_name=dict(type="str", required=True),
             mesh=dict(type="str", required=True),
             impl_id=dict(type="str", required=True),
             tt_metal_commit=dict(type="str", required=True),
             vllm_commit=dict(type="str"),
-            store=dict(type="str", choices=["path", "http"], required=True),
+            store=dict(type="str", choices=["path", "http"]),
             store_path=dict(type="path"),
             store_url=dict(type="str"),
             health_url=dict(type="str"),
             warmed=dict(type="bool", default=False),
+            require_marker=dict(type="bool", default=False),
             quiet_seconds=dict(type="int", default=120),
             temp_patterns=dict(type="list", elements="str", default=list(DEFAULT_TEMP_PATTERNS)),
             required=dict(type="bool", default=False),
@@ -310,7 +329,12 @@ def main():
             host=dict(type="str"),
             timeout=dict(type="int", default=60),
         ),
-        required_if=[("store", "path", ["store_path"]), ("store", "http", ["store_url"])],
+        required_if=[
+            ("state", "deployed", ["store"]),
+            ("state", "harvested", ["store"]),
+            ("store", "path", ["store_path"]),
+            ("store", "http", ["store_url"]),
+        ],
         supports_check_mode=True,
     )
     params = module.params
@@ -321,6 +345,8 @@ def main():
             raise KernelError("quiet_seconds and disk_margin_gb must not be negative")
         if not 1 <= params["level"] <= 19:
             raise KernelError(f"level must be a zstd level from 1 to 19, got {params['level']}")
+        if params["state"] == "inspected":
+            module.exit_json(**inspect(params))
         store = _store(params)
         if params["state"] == "harvested":
             result = harvest(params, store, check_mode=module.check_mode)

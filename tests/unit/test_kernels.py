@@ -117,6 +117,8 @@ def test_harvest_needs_evidence_of_a_warm_up(tmp_path, store):
         k.harvest(opts(tmp_path / "vol"), store)
     with pytest.raises(k.KernelError, match=r"http://127\.0\.0\.1:9/health is unreachable"):
         k.harvest(opts(tmp_path / "vol", health_url="http://127.0.0.1:9/health", timeout=2), store)
+    with pytest.raises(k.KernelError, match="holds no record"):
+        k.harvest(opts(tmp_path / "vol", warmed=True, require_marker=True), store)
     assert not os.path.exists(store.root)
 
 
@@ -174,6 +176,20 @@ def test_another_tt_metal_commit_is_refused_naming_both(tmp_path, store):
         k.deploy(opts(tmp_path / "b", **new), store)
     with pytest.raises(k.KernelError, match="tt_metal_commit 8c48a10 differs from this spec's tt_metal_commit 9d11e2f"):
         k.harvest(opts(tmp_path / "b", warmed=True, **new), store)
+
+
+def test_inspect_asks_no_store(tmp_path, store):
+    assert k.inspect(opts(tmp_path / "b"))["deployable"]
+    warm_cache(tmp_path / "a")
+    k.harvest(opts(tmp_path / "a", warmed=True), store)
+    done = k.inspect(opts(tmp_path / "a"))
+    assert done["in_place"] and not done["deployable"]
+    warm_cache(tmp_path / "c")
+    foreign = k.inspect(opts(tmp_path / "c"))
+    assert not foreign["in_place"] and not foreign["deployable"] and "left as it is" in foreign["reason"]
+    assert k.inspect(opts(tmp_path / "c", force=True))["deployable"]
+    with pytest.raises(k.KernelError, match="tt_metal_commit 8c48a10 differs"):
+        k.inspect(opts(tmp_path / "a", tt_metal_commit="9d11e2f"))
 
 
 def test_foreign_cache_is_left_alone_unless_forced(tmp_path, store):
