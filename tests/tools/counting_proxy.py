@@ -6,7 +6,8 @@
 Put it in front of an origin (olah, an S3 gateway) to measure how many bytes the fleet really read from it:
 each line is ``{"method", "path", "status", "bytes"}`` with ``bytes`` the response body relayed.
 
-    counting_proxy.py --listen HOST:PORT --upstream http://HOST:PORT --log FILE [--pidfile FILE]
+    counting_proxy.py --listen HOST:PORT --upstream http://HOST:PORT --log FILE
+        [--pidfile FILE] [--keep-host] [--rate BPS]
 
 ``--listen HOST:0`` picks a free port; the address is printed on stdout once the proxy listens.
 """
@@ -21,12 +22,13 @@ import os
 import socketserver
 import sys
 import threading
+import time
 import urllib.parse
 
 HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade"}
 
 
-def make_handler(upstream, log_path):
+def make_handler(upstream, log_path, keep_host=False, rate=0):
     target = urllib.parse.urlsplit(upstream)
     lock = threading.Lock()
 
@@ -40,7 +42,8 @@ def make_handler(upstream, log_path):
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else None
             headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP}
-            headers["Host"] = target.netloc
+            if not keep_host:
+                headers["Host"] = target.netloc
             conn = http.client.HTTPConnection(target.hostname, target.port, timeout=120)
             status, relayed = None, 0
             try:
@@ -56,7 +59,9 @@ def make_handler(upstream, log_path):
                     self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
                 while self.command != "HEAD":
-                    block = resp.read(1 << 20)
+                    block = resp.read((64 << 10) if rate else (1 << 20))
+                    if rate:
+                        time.sleep(len(block) / rate)
                     if not block:
                         break
                     relayed += len(block)
@@ -84,9 +89,13 @@ def main(argv=None):
     parser.add_argument("--upstream", required=True)
     parser.add_argument("--log", required=True)
     parser.add_argument("--pidfile")
+    # An S3 client signs the Host header it sends: keep it so the signature still matches upstream.
+    parser.add_argument("--keep-host", action="store_true")
+    # Bytes per second per response: slow enough for a test to interrupt a download midway.
+    parser.add_argument("--rate", type=int, default=0)
     args = parser.parse_args(argv)
     host, _, port = args.listen.rpartition(":")
-    server = Server((host, int(port)), make_handler(args.upstream, args.log))
+    server = Server((host, int(port)), make_handler(args.upstream, args.log, args.keep_host, args.rate))
     if args.pidfile:
         with open(args.pidfile, "w") as handle:
             handle.write(str(os.getpid()))
