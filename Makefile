@@ -6,15 +6,14 @@ export LC_ALL := C.UTF-8
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/.ansible/collections
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-LAB_HOSTS ?= n150,p150x4,p300x2
+LAB_HOSTS ?= p300x2,n150,n300
 
 .PHONY: demo test tools lab lab-image lab-down lint unit sanity build molecule clean
 
-## demo: start the simulated lab and run site.yml against it
+## demo: a simulated fleet from bare to serving: site.yml, a chat completion per instance, the fleet report
 demo: tools
 	tests/lab/bootstrap.sh docker
-	python tests/lab/lab.py up --hosts $(LAB_HOSTS)
-	ansible-playbook -i inventories/lab site.yml
+	python tests/lab/demo.py --hosts $(LAB_HOSTS)
 
 ## test: every check, in order, stopping at the first failure
 test: tools
@@ -32,6 +31,7 @@ lab-image: tools
 	tests/lab/build-image.sh --force
 
 lab-down:
+	@if [ -x .venv/bin/python ]; then python tests/lab/hf_mirror.py stop; fi
 	@if [ -x .venv/bin/python ] && docker version >/dev/null 2>&1; then python tests/lab/lab.py down; fi
 
 lint unit sanity build molecule: tools

@@ -217,13 +217,14 @@ def instance_report(entry, timeout, runner=subprocess.run, opener=urllib.request
         "error": entry["error"],
         "model": data.get("model"),
         "model_name": model,
+        "hf_model_repo": data.get("hf_model_repo"),
         "device": data.get("device"),
         "impl": data.get("impl") or data.get("impl_id"),
         "engine": data.get("engine"),
         "image": data.get("image"),
         "port": data.get("port"),
         "device_ids": data.get("device_ids"),
-        "release": data.get("release") or data.get("tt_inference_server"),
+        "release": data.get("ttis_release") or data.get("release"),
         "unit": unit_state(unit, runner=runner),
     }
     report["health"] = probe(health_url(data), timeout, opener=opener)

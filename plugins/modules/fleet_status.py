@@ -81,7 +81,13 @@ instances:
       description: Instance name (the part after C(tt-serve@) in the unit name).
       type: str
     model:
-      description: The model as the inventory names it.
+      description: The model's short name in the spec (C(model_name)).
+      type: str
+    hf_model_repo:
+      description: The Hugging Face repository the container serves, the model id its API lists.
+      type: str
+    release:
+      description: The tt-inference-server release whose spec the instance was configured from.
       type: str
     port:
       description: The published port.
