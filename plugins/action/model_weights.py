@@ -3,7 +3,7 @@
 """Action plugin of ttfleet.inference.model_weights: run the module and show its progress while it runs.
 
 A weights transfer can take an hour. The module runs as an async job on the host; while it runs this plugin
-polls the job (``ansible.legacy.async_status``) and, every ``ttfleet_progress_interval`` seconds (30 when the
+polls the job (``ansible.legacy.async_status``) and, every ``ttfleet_progress_interval`` seconds (25 when the
 variable is not set), reads the module's status file and prints bytes done/total, rate and ETA through
 Ansible's display. The result is the module's own, as if it had run synchronously; the job file and the
 status file it created are removed at the end.
@@ -25,7 +25,8 @@ from ansible.utils.display import Display
 display = Display()
 
 INTERVAL_VAR = "ttfleet_progress_interval"
-DEFAULT_INTERVAL = 30.0
+# Due every 25 s, a line is never more than 30 s after the previous one (a poll of the job can delay it).
+DEFAULT_INTERVAL = 25.0
 # The async wrapper kills its job after this many seconds; a transfer slower than this is hopeless anyway.
 JOB_LIMIT = 7 * 24 * 3600
 MAX_POLL = 5.0
@@ -185,19 +186,24 @@ class ActionModule(ActionBase):
         return parse_status(out) if rc == 0 else None
 
     def _follow(self, jid, status_file, interval, host, task_vars):
+        # Reports are due on a fixed schedule (started + k * interval), whatever a poll costs.
         started = time.monotonic()
-        next_report = started + interval
         poll = min(interval, MAX_POLL)
+        next_poll, next_report = started + poll, started + interval
         show_file = not self._task.no_log
         while True:
-            time.sleep(poll)
-            data = self._job(jid, task_vars)
-            if data.get("finished") or (data.get("failed") and not data.get("started")):
-                return job_result(data)
+            wake = min(next_poll, next_report) - time.monotonic()
+            if wake > 0:
+                time.sleep(wake)
+            if time.monotonic() >= next_poll:
+                data = self._job(jid, task_vars)
+                if data.get("finished") or (data.get("failed") and not data.get("started")):
+                    return job_result(data)
+                next_poll = time.monotonic() + poll
             now = time.monotonic()
             if now >= next_report:
                 display.display(progress_line(host, self._read_status(status_file), now - started, show_file))
-                next_report = now + interval
+                next_report = max(next_report + interval, now + poll)
 
     def _cleanup(self, jid, status_dir, task_vars):
         if jid is not None:

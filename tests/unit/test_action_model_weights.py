@@ -11,7 +11,7 @@ from ansible_collections.ttfleet.inference.plugins.action import model_weights a
 
 
 @pytest.mark.parametrize(
-    "value,expected", [(None, 30.0), ("", 30.0), (5, 5.0), ("0.5", 0.5), ("2", 2.0)]
+    "value,expected", [(None, 25.0), ("", 25.0), (5, 5.0), ("0.5", 0.5), ("2", 2.0)]
 )
 def test_interval(value, expected):
     assert act.parse_interval(value) == expected
@@ -93,8 +93,29 @@ def test_follow_reports_at_the_interval_until_the_job_finishes(monkeypatch):
     assert lines[1] == "h1: model_weights 5 B of 10 B (50.0%) at 1 B/s, ETA 5s [a]"
 
 
+def test_reports_stay_on_schedule_when_polls_are_slow(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(act.time, "monotonic", clock.monotonic)
+    monkeypatch.setattr(act.time, "sleep", clock.sleep)
+    reported = []
+    monkeypatch.setattr(act.display, "display", lambda line: reported.append(clock.now))
+    plugin = _plugin()
+
+    def slow_job(jid, task_vars, mode="status"):
+        clock.now += 3.5  # a poll over a slow connection
+        return {"finished": clock.now > 300}
+
+    plugin._job = slow_job
+    plugin._read_status = lambda path: None
+    plugin._follow("j", "/s", 25, "h", {})
+    gaps = [b - a for a, b in itertools.pairwise([0.0, *reported])]
+    assert len(reported) >= 11 and max(gaps) <= 30
+
+
 def test_follow_returns_a_failed_job(monkeypatch):
-    monkeypatch.setattr(act.time, "sleep", lambda s: None)
+    clock = Clock()
+    monkeypatch.setattr(act.time, "monotonic", clock.monotonic)
+    monkeypatch.setattr(act.time, "sleep", clock.sleep)
     plugin = _plugin()
     plugin._job = lambda jid, tv, mode="status": {"failed": True, "msg": "could not find job", "finished": True}
     plugin._read_status = lambda path: pytest.fail("no report for a finished job")
@@ -128,7 +149,9 @@ def test_run_cleans_up_the_job_and_its_status_dir(monkeypatch):
     plugin._remote_expand_user = lambda path: path.replace("~", "/root")
     plugin.get_shell_option = lambda name, default=None: default
     plugin._remove_tmp_path = lambda path: None
-    monkeypatch.setattr(act.time, "sleep", lambda s: None)
+    clock = Clock()
+    monkeypatch.setattr(act.time, "monotonic", clock.monotonic)
+    monkeypatch.setattr(act.time, "sleep", clock.sleep)
     with mock.patch.object(act.ActionBase, "run", return_value={}):
         result = plugin.run(task_vars={"inventory_hostname": "h", "ttfleet_progress_interval": 1})
     assert result == {"changed": False, "hashed": []}
