@@ -135,8 +135,12 @@ def main():
         wanted = render_env(values, header=HEADER)
     except ServeError as exc:
         module.fail_json(msg=f"{path}: {exc}")
+    # Root on the hosts; the running user elsewhere (tests).
+    owner = os.geteuid()
     content_changed = text != wanted
-    perms_changed = stat is not None and ((stat.st_mode & 0o7777) != 0o600 or stat.st_uid != 0 or stat.st_gid != 0)
+    perms_changed = stat is not None and (
+        (stat.st_mode & 0o7777) != 0o600 or stat.st_uid != owner or (owner == 0 and stat.st_gid != 0)
+    )
     changed = content_changed or perms_changed
     diff = {
         "before_header": path,
@@ -150,7 +154,8 @@ def main():
         fd, tmp = tempfile.mkstemp(prefix=".serve-env.", dir=directory)
         try:
             os.fchmod(fd, 0o600)
-            os.fchown(fd, 0, 0)
+            if owner == 0:
+                os.fchown(fd, 0, 0)
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 handle.write(wanted)
             os.replace(tmp, path)
