@@ -32,6 +32,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Error
 from ansible_collections.ttfleet.inference.plugins.module_utils._spec import tt_metal_cache_subdir
 
 KEY_FIELDS = ("model_name", "mesh", "impl_id", "tt_metal_commit", "vllm_commit")
@@ -463,6 +464,160 @@ class HttpStore:
 
     def writer(self, key):
         raise KernelError(f"the http store {self.url} is read-only; harvest into a path or s3 store")
+
+
+class _S3Body:
+    """A GET's body as a readable file object that closes its connection."""
+
+    def __init__(self, resp):
+        self.resp = resp
+
+    def read(self, size=-1):
+        return self.resp.read(size)
+
+    def close(self):
+        self.resp.close()
+        self.resp.connection_to_close.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class S3Store:
+    """Entries under ``s3://<bucket>/<prefix>/`` with the path store's layout, through module_utils._s3.
+
+    Archives are packed into ``spool`` on the host (a directory with room for one archive) and uploaded from
+    there; the manifest is uploaded last and removed first when an entry is replaced.
+    """
+
+    kind = "s3"
+
+    def __init__(self, client, bucket, prefix="", spool=None):
+        if not bucket:
+            raise KernelError("s3_bucket is required for the s3 store, for example kernel-caches")
+        self.client = client
+        self.bucket = bucket
+        self.prefix = (prefix or "").strip("/")
+        self.spool = spool
+
+    def _object(self, key, name=""):
+        return "/".join(p for p in [self.prefix, *entry_parts(key), name] if p)
+
+    def describe(self, key=None):
+        base = f"s3://{self.bucket}/{self.prefix + '/' if self.prefix else ''}"
+        return f"s3://{self.bucket}/{self._object(key)}/" if key else base
+
+    def _call(self, what, func, *args):
+        try:
+            return func(*args)
+        except S3Error as exc:
+            raise KernelError(f"{what} failed: {exc}; check the s3 endpoint, bucket and credentials") from None
+
+    def _read_small(self, key, name, missing_ok=False):
+        obj = self._object(key, name)
+        if self._call(f"HEAD {self.describe(key)}{name}", self.client.head_object, self.bucket, obj) is None:
+            if missing_ok:
+                return None
+            raise KernelError(f"{self.describe(key)}{name} is missing; remove the entry and harvest again")
+        resp, _start = self._call(f"GET {self.describe(key)}{name}", self.client.open_object, self.bucket, obj)
+        with _S3Body(resp) as body:
+            return body.read(_MANIFEST_MAX + 1)
+
+    def read_manifest(self, key):
+        raw = self._read_small(key, MANIFEST_NAME, missing_ok=True)
+        if raw is None:
+            return None
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            raise KernelError(
+                f"{self.describe(key)}{MANIFEST_NAME} is not JSON; remove the entry and harvest again"
+            ) from None
+        if not isinstance(data, dict):
+            raise KernelError(f"{self.describe(key)}{MANIFEST_NAME} is not a JSON object; remove the entry")
+        return data
+
+    def read_sha(self, key):
+        raw = self._read_small(key, SHA_NAME)
+        return parse_sha_file(raw.decode("ascii", "replace"), f"{self.describe(key)}{SHA_NAME}")
+
+    def open_archive(self, key):
+        obj = self._object(key, ARCHIVE_NAME)
+        resp, _start = self._call(f"GET {self.describe(key)}{ARCHIVE_NAME}", self.client.open_object, self.bucket, obj)
+        return _S3Body(resp)
+
+    def siblings(self, key):
+        base = "/".join(p for p in [self.prefix, key["model_name"], key["mesh"], key["impl_id"]] if p) + "/"
+        listing = self._call(f"listing {self.describe()}", lambda: list(self.client.list_objects(self.bucket, base)))
+        found = []
+        for item in listing:
+            parts = item["key"][len(base) :].split("/")
+            if len(parts) == 3 and parts[2] == MANIFEST_NAME:
+                found.append(
+                    {**key, "tt_metal_commit": parts[0], "vllm_commit": None if parts[1] == NO_VLLM else parts[1]}
+                )
+        return [k for k in found if key_mismatch(k, key)]
+
+    def writer(self, key):
+        if not self.spool:
+            raise KernelError("the s3 store needs a spool directory on the host to pack the archive in")
+        return _S3Writer(self, key)
+
+
+class _S3Writer:
+    def __init__(self, store, key):
+        self.store = store
+        self.key = key
+        self.tmp_archive = os.path.join(
+            store.spool, f"{TEMP_PREFIX}{key['model_name']}-{key['mesh']}.{os.getpid()}.tar.zst"
+        )
+
+    def prepare(self):
+        os.makedirs(self.store.spool, mode=0o700, exist_ok=True)
+        return self.tmp_archive
+
+    def space_path(self):
+        return self.store.spool
+
+    def commit(self, sha256, manifest):
+        store, key = self.store, self.key
+        try:
+            store._call(
+                "DELETE of the old manifest",
+                store.client.delete_object,
+                store.bucket,
+                store._object(key, MANIFEST_NAME),
+            )
+            store._call(
+                f"upload to {store.describe(key)}",
+                store.client.upload_file,
+                store.bucket,
+                store._object(key, ARCHIVE_NAME),
+                self.tmp_archive,
+            )
+            store._call(
+                f"upload to {store.describe(key)}",
+                store.client.put_object,
+                store.bucket,
+                store._object(key, SHA_NAME),
+                f"{sha256}  {ARCHIVE_NAME}\n".encode(),
+            )
+            store._call(
+                f"upload to {store.describe(key)}",
+                store.client.put_object,
+                store.bucket,
+                store._object(key, MANIFEST_NAME),
+                json_bytes(manifest),
+            )
+        finally:
+            self.abort()
+
+    def abort(self):
+        with contextlib.suppress(OSError):
+            os.unlink(self.tmp_archive)
 
 
 # ---------------------------------------------------------------------------

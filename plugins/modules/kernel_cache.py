@@ -84,16 +84,51 @@ options:
     description:
       - Kind of store. V(path) is a directory on the host (local disk or an NFS share) given by O(store_path);
         V(http) is a read-only store with the same layout under O(store_url) (for example a fleet peer's temporary
-        server; deploy only).
+        server; deploy only); V(s3) is an S3-compatible bucket (O(s3_endpoint), O(s3_bucket), O(s3_prefix)).
       - Required unless O(state=inspected).
     type: str
-    choices: [path, http]
+    choices: [path, http, s3]
   store_path:
     description: Root directory of a V(path) store. Required when O(store=path).
     type: path
   store_url:
     description: Base URL of an V(http) store. Required when O(store=http).
     type: str
+  s3_endpoint:
+    description: URL of the S3-compatible service of an V(s3) store (path-style requests, AWS Signature Version 4).
+    type: str
+  s3_bucket:
+    description: Bucket of an V(s3) store.
+    type: str
+  s3_prefix:
+    description: Key prefix of the entries in O(s3_bucket).
+    type: str
+    default: ''
+  s3_region:
+    description: Region the S3 requests are signed for.
+    type: str
+    default: us-east-1
+  s3_access_key:
+    description:
+      - S3 access key id. When not set, the E(AWS_ACCESS_KEY_ID) environment variable of the module is used.
+    type: str
+  s3_secret_key:
+    description:
+      - S3 secret access key; it only signs requests and is never shown. When not set, the E(AWS_SECRET_ACCESS_KEY)
+        environment variable of the module is used.
+    type: str
+  s3_ca_bundle:
+    description: PEM file on the host with the CA certificates of an https O(s3_endpoint).
+    type: path
+  s3_verify:
+    description: Verify the TLS certificate of O(s3_endpoint); turn off only in a lab.
+    type: bool
+    default: true
+  spool:
+    description:
+      - For O(state=harvested) into an V(s3) store, the directory on the host the archive is packed in before it is
+        uploaded (and removed after). Defaults to C(<volume>/tt_metal_cache), the filesystem of the cache.
+    type: path
   health_url:
     description:
       - For O(state=harvested), a URL of the warmed-up server that must answer HTTP 200, normally
@@ -271,24 +306,43 @@ evidence:
   type: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
+import os
+
+from ansible.module_utils.basic import AnsibleModule, env_fallback
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels import (
     DEFAULT_TEMP_PATTERNS,
     HttpStore,
     KernelError,
     PathStore,
+    S3Store,
     deploy,
     harvest,
     inspect,
     key_text,
 )
+from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client, S3Error
 
 
 def _store(params):
     if params["store"] == "path":
         return PathStore(params["store_path"])
-    return HttpStore(params["store_url"], params["timeout"])
+    if params["store"] == "http":
+        return HttpStore(params["store_url"], params["timeout"])
+    try:
+        client = S3Client(
+            params["s3_endpoint"],
+            params["s3_access_key"],
+            params["s3_secret_key"],
+            region=params["s3_region"],
+            ca_bundle=params["s3_ca_bundle"],
+            verify=params["s3_verify"],
+            timeout=params["timeout"],
+        )
+    except S3Error as exc:
+        raise KernelError(str(exc)) from None
+    spool = params["spool"] or os.path.join(params["volume"], "tt_metal_cache")
+    return S3Store(client, params["s3_bucket"], params["s3_prefix"], spool)
 
 
 def _diff(params, result):
@@ -312,9 +366,18 @@ def main():
             impl_id=dict(type="str", required=True),
             tt_metal_commit=dict(type="str", required=True),
             vllm_commit=dict(type="str"),
-            store=dict(type="str", choices=["path", "http"]),
+            store=dict(type="str", choices=["path", "http", "s3"]),
             store_path=dict(type="path"),
             store_url=dict(type="str"),
+            s3_endpoint=dict(type="str"),
+            s3_bucket=dict(type="str"),
+            s3_prefix=dict(type="str", default=""),
+            s3_region=dict(type="str", default="us-east-1"),
+            s3_access_key=dict(type="str", no_log=True, fallback=(env_fallback, ["AWS_ACCESS_KEY_ID"])),
+            s3_secret_key=dict(type="str", no_log=True, fallback=(env_fallback, ["AWS_SECRET_ACCESS_KEY"])),
+            s3_ca_bundle=dict(type="path"),
+            s3_verify=dict(type="bool", default=True),
+            spool=dict(type="path"),
             health_url=dict(type="str"),
             warmed=dict(type="bool", default=False),
             require_marker=dict(type="bool", default=False),
@@ -334,6 +397,7 @@ def main():
             ("state", "harvested", ["store"]),
             ("store", "path", ["store_path"]),
             ("store", "http", ["store_url"]),
+            ("store", "s3", ["s3_endpoint", "s3_bucket", "s3_access_key", "s3_secret_key"]),
         ],
         supports_check_mode=True,
     )

