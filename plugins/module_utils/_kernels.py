@@ -952,8 +952,21 @@ def harvest(options, store, check_mode=False, now=None):
     return result
 
 
+def dir_state(path):
+    """``absent``, ``empty`` or ``nonempty``; anything but a directory at ``path`` is an error."""
+    try:
+        with os.scandir(path) as entries:
+            return "nonempty" if next(entries, None) is not None else "empty"
+    except FileNotFoundError:
+        return "absent"
+    except NotADirectoryError:
+        raise KernelError(
+            f"{path} exists but is not a directory; move it away so the kernel cache can go there"
+        ) from None
+
+
 def local_state(options):
-    """What is at the cache path of the key: ``{"path", "marker_file", "scan", "in_place", "aside", "reason"}``.
+    """What is at the cache path of the key: ``{"path", "marker_file", "kind", "in_place", "aside", "reason"}``.
 
     ``in_place``: a cache deployed or harvested with this key is there. ``aside``: the cache in the way that a
     deploy moves aside first (only with ``force``). ``reason`` is set when a deploy has nothing to do. A cache
@@ -965,9 +978,10 @@ def local_state(options):
     path = cache_path(volume, key)
     where = f"{host}:{path}"
     marker_file, marker = _marker(volume, key)
-    scan = scan_cache(path, ())
-    state = {"path": path, "marker_file": marker_file, "scan": scan, "in_place": False, "aside": None, "reason": None}
-    if not (scan["exists"] and scan["entries"]):
+    # Only whether something is there: a converged host must not walk a cache of tens of thousands of files.
+    kind = dir_state(path)
+    state = {"path": path, "marker_file": marker_file, "kind": kind, "in_place": False, "aside": None, "reason": None}
+    if kind != "nonempty":
         return state
     if marker is not None and not key_mismatch(marker["key"], key):
         state["in_place"] = True
@@ -1011,7 +1025,7 @@ def deploy(options, store, check_mode=False, now=None):
     host = options.get("host") or socket.gethostname()
     owner = (options.get("owner", 1000), options.get("group", 1000))
     state = local_state(options)
-    path, marker_file, scan, aside = state["path"], state["marker_file"], state["scan"], state["aside"]
+    path, marker_file, aside = state["path"], state["marker_file"], state["aside"]
     parent = os.path.dirname(path)
     result = {"changed": False, "action": "none", "cache_path": path, "store": store.describe(key), "key": key}
     if state["reason"]:
@@ -1089,8 +1103,8 @@ def deploy(options, store, check_mode=False, now=None):
             moved = f"{path}{ASIDE_INFIX}{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))}"
             os.rename(path, moved)
             result["moved_aside"] = moved
-        elif scan["exists"]:
-            os.rmdir(path)  # empty
+        elif state["kind"] == "empty":
+            os.rmdir(path)
         os.rename(staging, path)
     except BaseException:
         remove_tree(staging)

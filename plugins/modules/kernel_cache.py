@@ -201,8 +201,9 @@ notes:
 seealso:
   - module: ttfleet.inference.model_spec
     description: Gives model_name, mesh, impl_id, tt_metal_commit and vllm_commit of a served model.
-  - role: ttfleet.inference.model_cache
+  - name: Role ttfleet.inference.model_cache
     description: Deploys caches during the normal run and harvests them with C(tasks_from=harvest).
+    link: https://github.com/ttfleet/ttfleet.inference/blob/main/roles/model_cache/README.md
 author:
   - ttfleet.inference maintainers (@ttfleet)
 """

@@ -158,6 +158,7 @@ def test_converged_deploy_reads_no_archive(tmp_path, store, monkeypatch):
     k.deploy(opts(tmp_path / "b"), store)
     monkeypatch.setattr(k, "unpack", lambda *a, **kw: pytest.fail("re-read the archive"))
     monkeypatch.setattr(store, "read_manifest", lambda key: pytest.fail("read the store"))
+    monkeypatch.setattr(k, "scan_cache", lambda *a, **kw: pytest.fail("walked the cache"))
     again = k.deploy(opts(tmp_path / "b"), store)
     assert not again["changed"] and "already holds" in again["reason"] and not again.get("hashed")
 
@@ -314,3 +315,11 @@ def test_s3_store_errors_name_no_secret(tmp_path, seaweed):
         k.deploy(opts(tmp_path / "b"), store)
     assert "check the s3 endpoint, bucket and credentials" in str(info.value)
     assert LAB_SECRET not in str(info.value)
+
+
+def test_a_file_at_the_cache_path_is_refused(tmp_path, store):
+    path = k.cache_path(str(tmp_path / "b"), KEY)
+    os.makedirs(os.path.dirname(path))
+    pathlib.Path(path).write_text("not a cache")
+    with pytest.raises(k.KernelError, match="exists but is not a directory; move it away"):
+        k.deploy(opts(tmp_path / "b"), store)
