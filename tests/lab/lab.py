@@ -21,6 +21,7 @@ import glob
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,6 +36,9 @@ TTIS_REPO_SCRIPT = os.path.join(ROOT, "tests", "lab", "ttis_repo.py")
 TTIS_LAB = os.path.join(ROOT, ".cache", "ttis-lab")
 SERVE_IMAGE_DIR = os.path.join(ROOT, "tests", "lab", "serve_image")
 SERVE_IMAGE_CACHE = os.path.join(ROOT, ".cache", "serve-image")
+# /var/lib/docker of each host's own Docker engine, on the machine's filesystem: inside the container's
+# overlay the engine could only use vfs (a full image copy per container start).
+HOST_DOCKER_DIRS = os.path.join(ROOT, ".cache", "lab-docker")
 # Where each lab host finds its tt-inference-server mirror and a PyPI-free wheelhouse
 # (inventories/lab/group_vars/all.yml points the inference_server role there).
 HOST_LAB_DIR = "/var/lib/ttfleet-lab"
@@ -201,12 +205,19 @@ def ensure_image():
     return proc.stdout.strip().splitlines()[-1]
 
 
+def host_docker_dir(name):
+    return os.path.join(HOST_DOCKER_DIRS, name)
+
+
 def start_host(name, device, image):
+    shutil.rmtree(host_docker_dir(name), ignore_errors=True)
+    os.makedirs(host_docker_dir(name))
     docker(
         "run", "-d", "--name", name, "--hostname", name, "--network", NETWORK,
         "--label", LABEL, "--label", f"ttfleet.lab.device={device}",
         "--cap-add", "SYS_ADMIN", "--cap-add", "NET_ADMIN", "--security-opt", "seccomp=unconfined", "--cgroupns=host",
-        "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", "--tmpfs", "/run", "--tmpfs", "/run/lock",
+        "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", "-v", f"{host_docker_dir(name)}:/var/lib/docker",
+        "--tmpfs", "/run", "--tmpfs", "/run/lock",
         "--tmpfs", "/tmp", "--stop-signal", "SIGRTMIN+3", image, "/lib/systemd/systemd",
     )
 
@@ -300,6 +311,7 @@ def cmd_up(args):
         if name not in dict(wanted):
             log(f"removing {name} (not in --hosts)")
             docker("rm", "-f", name)
+            shutil.rmtree(host_docker_dir(name), ignore_errors=True)
     for name, device in wanted:
         info = existing.get(name)
         if info and (info["device"], info["state"], info["image"]) == (device, "running", image):
@@ -320,6 +332,7 @@ def cmd_down(_args):
     for name in lab_containers():
         log(f"removing {name}")
         docker("rm", "-f", name)
+        shutil.rmtree(host_docker_dir(name), ignore_errors=True)
     if docker("network", "inspect", NETWORK, check=False).returncode == 0:
         docker("network", "rm", NETWORK)
     if os.path.exists(INVENTORY):
