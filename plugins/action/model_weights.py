@@ -2,6 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Action plugin of ttfleet.inference.model_weights: run the module and show its progress while it runs.
 
+The same machinery serves ttfleet.inference.kernel_cache (plugins/action/kernel_cache.py).
+
 A weights transfer can take an hour. The module runs as an async job on the host; while it runs this plugin
 polls the job (``ansible.legacy.async_status``) and, every ``ttfleet_progress_interval`` seconds (25 when the
 variable is not set), reads the module's status file and prints bytes done/total, rate and ETA through
@@ -30,6 +32,8 @@ DEFAULT_INTERVAL = 25.0
 # The async wrapper kills its job after this many seconds; a transfer slower than this is hopeless anyway.
 JOB_LIMIT = 7 * 24 * 3600
 MAX_POLL = 5.0
+# A converged run finishes within a second: look early, then back off to MAX_POLL.
+FIRST_POLL = 0.25
 _JOB_KEYS = (
     "ansible_job_id",
     "finished",
@@ -89,9 +93,9 @@ def parse_status(text):
     return data if isinstance(data, dict) and "done_bytes" in data else None
 
 
-def progress_line(host, status, elapsed, show_file=True):
+def progress_line(host, status, elapsed, show_file=True, what="model_weights"):
     """One line of progress for the playbook output."""
-    head = f"{host}: model_weights"
+    head = f"{host}: {what}"
     if status is None:
         return f"{head} running for {human_duration(elapsed)}, no bytes moving yet (listing and checking files)"
     done, total = int(status.get("done_bytes") or 0), int(status.get("total_bytes") or 0)
@@ -115,12 +119,18 @@ def job_result(data):
 class ActionModule(ActionBase):
     _supports_check_mode = True
     _supports_async = True
+    # Name in the progress lines; subclasses for other modules with a status_file option change it.
+    PROGRESS_NAME = "model_weights"
+
+    def _runs_sync(self, args):
+        """Whether these arguments move no bytes, so the module runs as usual."""
+        return False
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         del tmp
         task_vars = task_vars or {}
-        if self._task.async_val or self._play_context.check_mode:
+        if self._task.async_val or self._play_context.check_mode or self._runs_sync(self._task.args):
             wrap = bool(self._task.async_val) and not self._connection.has_native_async
             result.update(self._execute_module(task_vars=task_vars, wrap_async=wrap))
             if not wrap:
@@ -134,15 +144,18 @@ class ActionModule(ActionBase):
         if not args.get("status_file"):
             status_dir = self._make_status_dir()
             args["status_file"] = f"{status_dir}/progress.json"
-        jid = None
+        jid, done = None, False
         try:
             jid, launched = self._launch(args, task_vars)
             if jid is None:
                 result.update(launched)
                 return result
             result.update(self._follow(jid, args["status_file"], interval, host, task_vars))
+            done = True
             return result
         finally:
+            if jid is not None and not done:
+                self._stop_job(jid)
             self._cleanup(jid, status_dir, task_vars)
 
     # -- steps --------------------------------------------------------------------------------------
@@ -188,8 +201,8 @@ class ActionModule(ActionBase):
     def _follow(self, jid, status_file, interval, host, task_vars):
         # Reports are due on a fixed schedule (started + k * interval), whatever a poll costs.
         started = time.monotonic()
-        poll = min(interval, MAX_POLL)
-        next_poll, next_report = started + poll, started + interval
+        poll, polls = min(interval, MAX_POLL), 0
+        next_poll, next_report = started + min(FIRST_POLL, poll), started + interval
         show_file = not self._task.no_log
         while True:
             wake = min(next_poll, next_report) - time.monotonic()
@@ -199,11 +212,27 @@ class ActionModule(ActionBase):
                 data = self._job(jid, task_vars)
                 if data.get("finished") or (data.get("failed") and not data.get("started")):
                     return job_result(data)
-                next_poll = time.monotonic() + poll
+                polls += 1
+                next_poll = time.monotonic() + min(FIRST_POLL * 2**polls, poll)
             now = time.monotonic()
             if now >= next_report:
-                display.display(progress_line(host, self._read_status(status_file), now - started, show_file))
+                status = self._read_status(status_file)
+                display.display(progress_line(host, status, now - started, show_file, self.PROGRESS_NAME))
                 next_report = max(next_report + interval, now + poll)
+
+    def _stop_job(self, jid):
+        """Stop a job this run gave up on (interrupted, connection lost), so that no second writer is left behind.
+
+        The async wrapper's watcher and its forked child carry the job id in their command line; the child leads
+        the process group of the module. The ``[ ]`` keeps the pattern from matching this shell's own command line.
+        """
+        if not jid.isalnum():
+            return
+        command = f"for p in $(pgrep -f -- 'async_wrapper.*[ ]{jid} '); do kill -TERM -- -$p $p 2>/dev/null; done; true"
+        try:
+            self._run_command(command)
+        except Exception as exc:  # the original error matters more
+            display.warning(f"could not stop the async job {jid} on the host: {exc}")
 
     def _cleanup(self, jid, status_dir, task_vars):
         if jid is not None:

@@ -34,6 +34,7 @@ import urllib.request
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Error
 from ansible_collections.ttfleet.inference.plugins.module_utils._spec import tt_metal_cache_subdir
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights import Progress
 
 KEY_FIELDS = ("model_name", "mesh", "impl_id", "tt_metal_commit", "vllm_commit")
 ARCHIVE_NAME = "kernels.tar.zst"
@@ -650,7 +651,7 @@ def _tarinfo(name, kind, size, mode):
     return info
 
 
-def pack(cache_dir, scan, out_path, zstd, level=3):
+def pack(cache_dir, scan, out_path, zstd, level=3, progress=None):
     """Tar the scanned entries of ``cache_dir`` through ``zstd`` into ``out_path``.
 
     Returns ``(sha256, archive_bytes)``, hashed while written (no second pass). A file whose size changes
@@ -692,6 +693,8 @@ def pack(cache_dir, scan, out_path, zstd, level=3):
                     if os.fstat(handle.fileno()).st_size != size:
                         raise KernelError(f"{full} changed size while the cache was packed; harvest again later")
                     tar.addfile(info, handle)
+                if progress is not None:
+                    progress.advance(size, rel)
         proc.stdin.close()
     except BaseException:
         proc.kill()
@@ -714,7 +717,7 @@ def _member_path(root, name):
     return os.path.join(root, *parts)
 
 
-def unpack(source, staging, zstd, max_bytes, owner=None):
+def unpack(source, staging, zstd, max_bytes, owner=None, progress=None):
     """Extract a .tar.zst stream into the existing empty directory ``staging``, hashing the stream as it is read.
 
     Only regular files and directories are written (no links, devices or absolute/parent paths); writing stops
@@ -733,6 +736,8 @@ def unpack(source, staging, zstd, max_bytes, owner=None):
                 digest.update(block)
                 state["bytes"] += len(block)
                 proc.stdin.write(block)
+                if progress is not None:
+                    progress.advance(len(block), ARCHIVE_NAME)
         except BrokenPipeError:
             pass
         except BaseException as exc:  # reported by the main thread
@@ -926,12 +931,14 @@ def harvest(options, store, check_mode=False, now=None):
             f"{human_bytes(scan['bytes'])} of cache; free space there"
         )
     try:
-        sha, archive_bytes = pack(path, scan, tmp, zstd, options.get("level") or 3)
+        progress = Progress(scan["bytes"], options.get("status_file"))
+        sha, archive_bytes = pack(path, scan, tmp, zstd, options.get("level") or 3, progress)
         after = scan_cache(path, options.get("temp_patterns") or DEFAULT_TEMP_PATTERNS)
         if after["entries"] != scan["entries"]:
             raise KernelError(f"the kernel cache {where} changed while it was packed; harvest again once it is idle")
         manifest = build_manifest(key, sha, archive_bytes, scan, host, evidence, now)
         writer.commit(sha, manifest)
+        progress.write(state="done")
     except BaseException:
         writer.abort()
         raise
@@ -1082,8 +1089,10 @@ def deploy(options, store, check_mode=False, now=None):
     staging = os.path.join(parent, f"{TEMP_PREFIX}{key['mesh']}-{os.getpid()}-{int(time.time())}")
     os.mkdir(staging, DIR_MODE)
     try:
+        progress = Progress(manifest["archive_bytes"], options.get("status_file"))
         with store.open_archive(key) as source:
-            got = unpack(source, staging, zstd, manifest["bytes"], owner)
+            got = unpack(source, staging, zstd, manifest["bytes"], owner, progress)
+        progress.write(state="done")
         problems = []
         if got["sha256"] != manifest["sha256"]:
             problems.append(f"sha256 {got['sha256']} instead of {manifest['sha256']}")

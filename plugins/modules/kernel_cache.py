@@ -188,6 +188,12 @@ options:
     description: GID of the deployed files and directories.
     type: int
     default: 1000
+  status_file:
+    description:
+      - While a cache is packed or deployed, a JSON file rewritten atomically about every 2 seconds with C(state),
+        C(done_bytes), C(total_bytes), C(rate) (bytes per second), C(eta) (seconds), C(file) and C(updated_at), for a
+        progress reporter to poll (the action plugin of this module sets one itself).
+    type: path
   host:
     description: Name of the host in messages. Defaults to the host name.
     type: str
@@ -390,6 +396,7 @@ def main():
             level=dict(type="int", default=3),
             owner=dict(type="int", default=1000),
             group=dict(type="int", default=1000),
+            status_file=dict(type="path"),
             host=dict(type="str"),
             timeout=dict(type="int", default=60),
         ),

@@ -163,3 +163,49 @@ def test_run_cleans_up_the_job_and_its_status_dir(monkeypatch):
     assert commands[-1] == "rm -rf -- /tmp/ttfleet-progress.abc"
     assert not any("hf_x" in c for c in commands)
     json.dumps(result)
+
+
+def test_a_quick_job_is_seen_at_once(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(act.time, "monotonic", clock.monotonic)
+    monkeypatch.setattr(act.time, "sleep", clock.sleep)
+    plugin = _plugin()
+    plugin._job = lambda jid, tv, mode="status": {"finished": clock.now >= 0.25, "changed": False}
+    plugin._read_status = lambda path: pytest.fail("no report for a quick job")
+    assert plugin._follow("j", "/s", 25, "h", {}) == {"changed": False}
+    assert clock.now == 0.25
+
+
+def test_kernel_cache_inspection_runs_as_usual():
+    from ansible_collections.ttfleet.inference.plugins.action import kernel_cache
+
+    plugin = kernel_cache.ActionModule.__new__(kernel_cache.ActionModule)
+    assert plugin.PROGRESS_NAME == "kernel_cache"
+    assert plugin._runs_sync({"state": "inspected"}) and not plugin._runs_sync({"state": "deployed"})
+    assert act.progress_line("h", {"done_bytes": 1, "total_bytes": 2}, 1, what="kernel_cache").startswith(
+        "h: kernel_cache 1 B of 2 B (50.0%)"
+    )
+
+
+def test_an_interrupted_run_stops_its_job(monkeypatch):
+    plugin = _plugin()
+    plugin._task.args = {"dest": "/v/weights/m", "repo_id": "o/m"}
+    plugin._play_context = mock.Mock(check_mode=False)
+    plugin._templar = mock.Mock(template=lambda value: value)
+    plugin._connection = mock.Mock()
+    commands = []
+    plugin._low_level_execute_command = lambda cmd, sudoable=True: (
+        commands.append(cmd) or {"rc": 0, "stdout": "/tmp/ttfleet-progress.x\n" if "mktemp" in cmd else ""}
+    )
+    plugin._launch = lambda args, task_vars: ("j99", {})
+    plugin._job = lambda jid, tv, mode="status": {}
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    plugin._follow = interrupted
+    plugin._remove_tmp_path = lambda path: None
+    with mock.patch.object(act.ActionBase, "run", return_value={}), pytest.raises(KeyboardInterrupt):
+        plugin.run(task_vars={"inventory_hostname": "h"})
+    assert any("pgrep -f -- 'async_wrapper.*[ ]j99 '" in c and "kill -TERM -- -$p $p" in c for c in commands)
+    assert commands[-1] == "rm -rf -- /tmp/ttfleet-progress.x"

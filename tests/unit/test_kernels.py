@@ -152,6 +152,17 @@ def test_harvest_then_deploy_round_trip(tmp_path, store):
     assert sorted(leftovers) == [".ttfleet-kernels-P300x2.json", "P300x2"]
 
 
+def test_status_file_reports_the_bytes_moved(tmp_path, store):
+    _root, files = warm_cache(tmp_path / "a")
+    k.harvest(opts(tmp_path / "a", warmed=True, status_file=str(tmp_path / "pack.json")), store)
+    packed = json.loads((tmp_path / "pack.json").read_text())
+    assert packed["state"] == "done" and packed["done_bytes"] == packed["total_bytes"] == sum(map(len, files.values()))
+    got = k.deploy(opts(tmp_path / "b", status_file=str(tmp_path / "deploy.json")), store)
+    pulled = json.loads((tmp_path / "deploy.json").read_text())
+    assert pulled["state"] == "done" and pulled["done_bytes"] == pulled["total_bytes"] == got["archive_bytes"]
+    assert pulled["file"] == "kernels.tar.zst"
+
+
 def test_converged_deploy_reads_no_archive(tmp_path, store, monkeypatch):
     warm_cache(tmp_path / "a")
     k.harvest(opts(tmp_path / "a", warmed=True), store)

@@ -1,0 +1,19 @@
+# Copyright (c) ttfleet.inference contributors
+# SPDX-License-Identifier: Apache-2.0
+"""Action plugin of ttfleet.inference.kernel_cache: progress lines while a cache is packed or deployed.
+
+Packing or pulling a 30 GB kernel cache takes minutes; this runs the module as an async job and prints its
+status file like the model_weights action plugin does (``ttfleet_progress_interval``). Inspecting moves no bytes
+and runs as usual.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.ttfleet.inference.plugins.action.model_weights import ActionModule as _ProgressAction
+
+
+class ActionModule(_ProgressAction):
+    PROGRESS_NAME = "kernel_cache"
+
+    def _runs_sync(self, args):
+        return args.get("state") == "inspected"
