@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """LAB STAND-IN for a tt-inference-server image (tests only; no model, no device access).
 
 Honours the container contract the serve role relies on, as the vLLM images do:
