@@ -50,7 +50,7 @@ options:
     type: bool
     default: false
 notes:
-  - A client sends the key as C(Authorization{{":"}} Bearer <key>); root reads it from the env file.
+  - "A client sends the key as C(Authorization: Bearer <key>); root reads it from the env file."
 author:
   - ttfleet.inference maintainers (@ttfleet)
 """
