@@ -8,7 +8,7 @@ export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
 LAB_HOSTS ?= p300x2,n150,n300
 
-.PHONY: demo test tools lab lab-image lab-down lint unit sanity build molecule clean
+.PHONY: demo test tools lab lab-image lab-down lint unit sanity build molecule faults clean
 
 ## demo: a simulated fleet from bare to serving: site.yml, a chat completion per instance, the fleet report
 demo: tools
@@ -36,6 +36,11 @@ lab-down:
 
 lint unit sanity build molecule: tools
 	tests/run-tests.sh $@
+
+## faults: every fault-injection case (tests/faults), slow ones included; rewrites docs/faults.md
+faults: tools
+	tests/lab/bootstrap.sh docker
+	TTFLEET_FAULTS=all pytest tests/faults -p no:cacheprovider -v
 
 clean: lab-down
 	rm -rf .venv .ansible .cache tests/output *.tar.gz

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: ruff, yamllint, ansible-lint, unit tests, ansible-test sanity, build + install +
-# ansible-doc of the tarball, molecule scenarios. Stops at the first failure.
-#   tests/run-tests.sh all | lint | unit | sanity | build | molecule [scenario ...]
+# ansible-doc of the tarball, molecule scenarios, the fast half of the fault suite. Stops at the first failure.
+#   tests/run-tests.sh all | lint | unit | sanity | build | molecule [scenario ...] | faults
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -128,6 +128,14 @@ molecule_stage() {
   done
 }
 
+# The fault-injection suite (tests/faults): its fast half here; TTFLEET_FAULTS=all (make faults) runs every case
+# and rewrites docs/faults.md.
+faults() {
+  tests/lab/ensure-docker.sh
+  tests/lab/build-image.sh >/dev/null
+  pytest tests/faults -q -p no:cacheprovider -m "faults and not slow"
+}
+
 what=${1:-all}
 shift || true
 case "$what" in
@@ -137,10 +145,11 @@ case "$what" in
     timed sanity sanity
     timed build build
     molecule_stage
+    timed faults faults
     ;;
-  lint | unit | sanity | build) timed "$what" "$what" ;;
+  lint | unit | sanity | build | faults) timed "$what" "$what" ;;
   molecule) molecule_stage "$@" ;;
-  *) echo "usage: $0 all|lint|unit|sanity|build|molecule [scenario...]" >&2; exit 2 ;;
+  *) echo "usage: $0 all|lint|unit|sanity|build|molecule [scenario...]|faults" >&2; exit 2 ;;
 esac
 stage "all requested checks passed"
 echo "stages: $passed passed, 0 failed"

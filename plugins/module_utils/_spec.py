@@ -629,9 +629,10 @@ def select_spec(catalog, model, device, impl=None, engine=None):
             )
         close = _close_models(device_specs, model) or _close_models(all_specs, model)
         hint = f" Closest names: {', '.join(close)}." if close else ""
+        served = ", ".join(sorted({str(spec["model_name"]) for spec in device_specs}))
         raise SpecError(
             f"Unknown model {model!r} for device {device_key.lower()} in {_release_label(catalog)}.{hint} "
-            "Use list mode to see every model served on a device."
+            f"Models on {device_key.lower()}: {served}."
         )
     candidates = [
         spec

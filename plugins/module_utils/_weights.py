@@ -17,6 +17,7 @@ manifest (reading only), ``check_disk`` refuses before anything is written, ``fe
 from __future__ import annotations
 
 import contextlib
+import errno
 import fnmatch
 import hashlib
 import http.client
@@ -1300,6 +1301,7 @@ def sync_weights(options, check_mode=False, callback=None, hub=None):
     repo_id = options.get("repo_id")
     token = options.get("hf_token")
     secrets_seen = (token, options.get("s3_secret_key"), options.get("s3_access_key"))
+    plan = None
     try:
         if source in ("s3", "peer"):
             hub, sha, files, endpoint, label = _manifest_source(options, source, repo_id, allow, ignore)
@@ -1363,6 +1365,19 @@ def sync_weights(options, check_mode=False, callback=None, hub=None):
     except WeightsError as exc:
         raise WeightsError(scrub(exc, *secrets_seen)) from None
     except OSError as exc:
+        if exc.errno == errno.ENOSPC and plan is not None and not check_mode:
+            # The filesystem filled up after the preflight (another writer): keep no partial file in the volume.
+            clear_staging(plan["staging"])
+            where = nearest_existing(dest)
+            raise WeightsError(
+                scrub(
+                    f"{host}: the filesystem of {where} filled up while writing the weights of {repo_id or dest} "
+                    f"into {dest}: they need {human_bytes(plan['bytes_needed'])} ({plan['bytes_needed']} bytes) and "
+                    f"{human_bytes(free_bytes(where))} ({free_bytes(where)} bytes) are free with the partial files "
+                    "removed. Free space there (something else is filling it) or move the volume, then run again",
+                    *secrets_seen,
+                )
+            ) from None
         raise WeightsError(
             scrub(f"{host}: writing the weights of {repo_id or dest} failed: {exc}", *secrets_seen)
         ) from None

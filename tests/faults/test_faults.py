@@ -1,0 +1,535 @@
+"""Fault-injection cases: each injects a fault on lab hosts for real, runs the real playbook or role, checks it.
+
+The fast half (CI: `tests/run-tests.sh faults`) runs the model_cache role on one n150 lab host; the cases marked
+slow (TTFLEET_FAULTS=all, `make faults`) converge two hosts with site.yml and roll upgrades over them. The token-leak
+scan comes last and reads every log the cases before it produced.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import re
+import time
+
+import lab as labmod
+import pytest
+from conftest import (
+    GATED_REPO,
+    HOST_SPEC,
+    LOGS,
+    MODEL_REPO,
+    OUT,
+    PLAYBOOKS,
+    ROOT,
+    VARS,
+    finish_playbook,
+    host_sh,
+    log,
+    read_log,
+    run_playbook,
+    sh,
+    start_playbook,
+)
+from conftest import file_gets as gets
+
+pytestmark = pytest.mark.faults
+
+HOST = "ft-n150-1"
+MODEL = "Llama-3.2-1B-Instruct"
+VOLUME = "volume_id_tt_transformers-Llama-3.2-1B-Instruct-v0.11.1"
+MODEL_CACHE = os.path.join(PLAYBOOKS, "model_cache.yml")
+IMAGE = "vllm-tt-metal-src-release-ubuntu-22.04-amd64:0.11.1-84b4c53-222ee06"
+SITE = os.path.join(ROOT, "playbooks", "site.yml")
+UPGRADE = os.path.join(ROOT, "playbooks", "upgrade.yml")
+
+
+def model_vars(lab, root, models=None, **extra):
+    data = {
+        "model_cache_spec_file": HOST_SPEC,
+        "model_cache_sources": ["hf"],
+        "model_cache_disk_margin_gb": 0,
+        "model_cache_peers": False,
+        "tt_volume_root": root,
+        "tt_preseeded_roots": [],
+        "tt_models": models
+        if models is not None
+        else [{"name": MODEL, "revision": lab.mirror["revisions"][MODEL_REPO]}],
+    }
+    data.update(extra)
+    return data
+
+
+def fetched_files(lab, repo=MODEL_REPO):
+    """Files the role fetches (the ignore pattern original/** leaves the .pth out) and their sizes and digests."""
+    return {k: v for k, v in lab.models[repo]["files"].items() if not k.startswith("original/")}
+
+
+def host_sha256(host, directory):
+    """``{relative path: sha256}`` of every regular file under ``directory`` on a host (hidden files included)."""
+    out = host_sh(host, f"cd {directory} 2>/dev/null && find . -type f -print0 | xargs -0 -r sha256sum", check=False)
+    sums = {}
+    for line in out.stdout.splitlines():
+        digest, _sep, path = line.partition("  ")
+        sums[path[2:]] = digest
+    return sums
+
+
+def wait_for_part(host, directory, min_bytes=100_000, timeout=120, pattern="*"):
+    """Wait for a partly downloaded file (``<pattern>.ttfleet-part``) of at least ``min_bytes`` in ``directory``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = (
+            host_sh(
+                host,
+                f"find {directory} -name '{pattern}.ttfleet-part' -size +{min_bytes // 1024}k "
+                "-printf '%s %p\\n' 2>/dev/null",
+                check=False,
+            )
+            .stdout.split("\n")[0]
+            .strip()
+        )
+        if out:
+            size, path = out.split(" ", 1)
+            return int(size), path
+        time.sleep(0.2)
+    raise AssertionError(f"no partial download under {directory} within {timeout} s")
+
+
+def kill_downloads(host):
+    """kill -9 the model_weights job on the host, as a crash or reboot would; returns the pids killed."""
+    pids = host_sh(host, "pgrep -f '[A]nsiballZ_model_weights' || true").stdout.split()
+    assert pids, "the download had already finished: nothing to interrupt"
+    host_sh(host, f"kill -9 {' '.join(pids)}")
+    return pids
+
+
+def origin_offset(lab):
+    return len(read_log(lab.origin_log))
+
+
+# ---------------------------------------------------------------------------
+# Inputs refused
+
+
+@pytest.mark.case("unknown model / device / impl")
+@pytest.mark.parametrize(
+    ("what", "entry", "extra", "named", "choices"),
+    [
+        ("model", {"name": "No-Such-Model-7B"}, {}, "No-Such-Model-7B", ["Llama-3.2-1B-Instruct"]),
+        ("device", {"name": MODEL}, {"tt_device": "n151"}, "n151", ["n150", "p300x2"]),
+        ("impl", {"name": MODEL, "impl": "no-such-impl"}, {}, "no-such-impl", ["tt-transformers"]),
+    ],
+    ids=["model", "device", "impl"],
+)
+def test_unknown_input(lab, case, what, entry, extra, named, choices):
+    case.expected = f"fails naming the {what} {named!r} and the valid choices ({', '.join(choices)}, ...)"
+    entry = dict(entry, revision=lab.mirror["revisions"][MODEL_REPO])
+    run = run_playbook(
+        f"unknown-{what}", MODEL_CACHE, model_vars(lab, f"/srv/ft-unknown-{what}", [entry], **extra), limit=HOST
+    )
+    messages = " ".join(run.messages())
+    case.observed = f"rc {run.rc}: {messages[:300]}"
+    assert run.rc != 0, "the run accepted an unknown input"
+    assert named in messages, f"the error does not name {named!r}"
+    for choice in choices:
+        assert choice in messages, f"the error does not list the valid choice {choice!r}"
+
+
+@pytest.mark.case("hostile model name")
+@pytest.mark.parametrize(
+    "name",
+    ["../../etc", "Llama-3.2-1B;touch${IFS}.ft-pwned", "Llama-3.2-1B\nInjected: 1", "$(touch /tmp/ft-pwned)"],
+    ids=["traversal", "shell-metachar", "newline", "command-substitution"],
+)
+def test_hostile_model_name(lab, case, name):
+    tag = hashlib.sha256(name.encode()).hexdigest()[:8]
+    root = f"/srv/ft-hostile-{tag}"
+    case.expected = "refused naming the input; nothing written (no volume root, no file outside it, no command run)"
+    before = host_sh(HOST, "find /etc /srv /var/lib /tmp -xdev -newer /etc/hostname 2>/dev/null | sort").stdout
+    run = run_playbook(
+        f"hostile-{tag}",
+        MODEL_CACHE,
+        model_vars(lab, root, [{"name": name, "revision": lab.mirror["revisions"][MODEL_REPO]}]),
+        limit=HOST,
+    )
+    messages = " ".join(run.messages())
+    after = host_sh(HOST, "find /etc /srv /var/lib /tmp -xdev -newer /etc/hostname 2>/dev/null | sort").stdout
+    new = sorted(set(after.splitlines()) - set(before.splitlines()))
+    # Ansible's own temporary files come and go; nothing else may appear.
+    new = [path for path in new if not re.match(r"^/(root|tmp)/\.ansible", path) and "ansible-tmp" not in path]
+    found = host_sh(HOST, "find / -xdev -name '*ft-pwned*' 2>/dev/null | head -1", check=False).stdout.strip()
+    pwned = "yes" if found else "no"
+    case.observed = f"rc {run.rc}; new paths {new or 'none'}; command ran: {pwned}; message: {messages[:220]}"
+    assert run.rc != 0, "a hostile model name was accepted"
+    assert pwned == "no", "a shell command from the model name ran on the host"
+    assert json.dumps(name) in messages, "the error does not name the input"
+    assert new == [], f"the refused run wrote {new}"
+
+
+@pytest.mark.case("gated repo without a token")
+def test_gated_repo_without_token(lab, case):
+    case.expected = (
+        "fails naming the repository, HTTP 401 and hf_token, nothing in the volume; with the token the same run "
+        "fetches the model"
+    )
+    rev = lab.mirror["revisions"][GATED_REPO]
+    root = "/srv/ft-gated"
+    models = [{"name": "Llama-3.2-1B", "revision": rev}]
+    run = run_playbook(
+        "gated-no-token",
+        MODEL_CACHE,
+        model_vars(lab, root, models, model_cache_hf_endpoint=lab.gated_endpoint),
+        limit=HOST,
+    )
+    messages = " ".join(run.messages())
+    left = host_sh(HOST, f"find {root} -type f 2>/dev/null | wc -l").stdout.strip()
+    with_token = run_playbook(
+        "gated-token",
+        MODEL_CACHE,
+        model_vars(lab, root, models, model_cache_hf_endpoint=lab.gated_endpoint, model_cache_hf_token=lab.hf_token),
+        limit=HOST,
+    )
+    weights = host_sha256(HOST, f"{root}/volume_id_tt_transformers-Llama-3.2-1B-v0.11.1/weights/Llama-3.2-1B")
+    expected = {k: v["sha256"] for k, v in fetched_files(lab, GATED_REPO).items()}
+    got = {k: weights.get(k) for k in expected}
+    case.observed = (
+        f"without token: rc {run.rc}, {left} files written, message: {messages[:260]}; with token: rc "
+        f"{with_token.rc}, {sum(got[k] == expected[k] for k in expected)}/{len(expected)} files verified"
+    )
+    assert run.rc != 0
+    assert GATED_REPO in messages and "HTTP 401" in messages and "hf_token" in messages, messages
+    assert left == "0", f"{left} files written without access"
+    assert with_token.rc == 0, with_token.messages()
+    assert got == expected
+
+
+# ---------------------------------------------------------------------------
+# Downloads
+
+
+@pytest.mark.case("corrupt shard")
+def test_corrupt_shard(lab, case):
+    root = "/srv/ft-corrupt"
+    weights = f"{root}/{VOLUME}/weights/{MODEL}"
+    shard = "model-00002-of-00002.safetensors"
+    files = fetched_files(lab)
+    case.expected = f"detected with model_cache_verify=sha256; only {shard} ({files[shard]['size']} B) read again"
+    first = run_playbook("corrupt-converge", MODEL_CACHE, model_vars(lab, root), limit=HOST)
+    assert first.rc == 0, first.messages()
+    host_sh(
+        HOST,
+        f'python3 -c \'import sys; f = open(sys.argv[1], "r+b"); f.seek(4096); b = f.read(1); f.seek(4096); '
+        f"f.write(bytes([b[0] ^ 0xFF])); f.close()' {weights}/{shard}",
+    )
+    assert host_sha256(HOST, weights)[shard] != files[shard]["sha256"], "the injected corruption did not stick"
+    offset = origin_offset(lab)
+    run = run_playbook("corrupt-repair", MODEL_CACHE, model_vars(lab, root, model_cache_verify="sha256"), limit=HOST)
+    refetched = gets(read_log(lab.origin_log)[offset:])
+    sums = host_sha256(HOST, weights)
+    good = sum(sums.get(k) == v["sha256"] for k, v in files.items())
+    case.details = {"refetched": refetched}
+    case.observed = f"rc {run.rc}; read from the origin: {refetched}; {good}/{len(files)} files match the Hub"
+    assert run.rc == 0, run.messages()
+    assert refetched == {shard: files[shard]["size"]}
+    assert good == len(files)
+
+
+@pytest.mark.case("interrupted download resumed")
+def test_interrupted_download(lab, case):
+    root = "/srv/ft-resume"
+    weights = f"{root}/{VOLUME}/weights/{MODEL}"
+    files = fetched_files(lab)
+    total = sum(v["size"] for v in files.values())
+    smallest_shard = min(v["size"] for k, v in files.items() if k.endswith(".safetensors"))
+    case.expected = "the re-run completes the model; bytes read twice from the origin < one file (a shard)"
+    slow_offset = len(read_log(lab.slow_log))
+    offset = origin_offset(lab)
+    proc = start_playbook(
+        "resume-interrupted",
+        MODEL_CACHE,
+        model_vars(lab, root, model_cache_hf_endpoint=lab.slow_endpoint),
+        limit=HOST,
+    )
+    try:
+        # Interrupted in the second shard: resuming must not read the first one (complete, staged) again.
+        part_bytes, part = wait_for_part(HOST, f"{root}/{VOLUME}/weights", pattern="model-00002-*")
+        pids = kill_downloads(HOST)
+        log(f"killed the download ({pids}) with {part_bytes} B of {os.path.basename(part)} staged")
+    finally:
+        interrupted = finish_playbook(proc, kill=True)
+    time.sleep(1)  # the slow proxy logs a request when its client went away
+    resumed = run_playbook("resume-again", MODEL_CACHE, model_vars(lab, root), limit=HOST)
+    first = gets(read_log(lab.slow_log)[slow_offset:])
+    second = gets(read_log(lab.origin_log)[offset:])
+    both = {k: first.get(k, 0) + second.get(k, 0) for k in set(first) | set(second)}
+    read = sum(both.values())
+    twice = read - total
+    sums = host_sha256(HOST, weights)
+    good = sum(sums.get(k) == v["sha256"] for k, v in files.items())
+    case.details = {"interrupted_run": first, "resumed_run": second, "model_bytes": total, "read_twice": twice}
+    case.observed = (
+        f"killed with {part_bytes} B of {os.path.basename(part).removesuffix('.ttfleet-part')} staged "
+        f"(first run rc {interrupted.rc}); re-run rc {resumed.rc}, {good}/{len(files)} files verified; origin "
+        f"bytes {read} for a {total} B model: {twice} B read twice (smallest shard {smallest_shard} B)"
+    )
+    assert resumed.rc == 0, resumed.messages()
+    assert good == len(files)
+    assert set(both) == set(files), f"files read: {sorted(both)}"
+    assert 0 <= twice < smallest_shard, f"{twice} B read twice"
+    for name, size in both.items():
+        if name not in first or first[name] == files[name]["size"]:
+            assert size == files[name]["size"], f"{name} was read again in full after it was complete"
+
+
+@pytest.mark.case("disk full during a download")
+def test_disk_full(lab, case):
+    root = "/srv/ft-small/volumes"
+    files = fetched_files(lab)
+    total = sum(v["size"] for v in files.values())
+    case.expected = (
+        "preflight passes, the filesystem fills while the shards stream: the run fails naming host, path, bytes "
+        "needed and free; no partial file left in the volume"
+    )
+    host_sh(
+        HOST,
+        "umount /srv/ft-small 2>/dev/null; mkdir -p /srv/ft-small && mount -t tmpfs -o size=4m tmpfs /srv/ft-small",
+    )
+    try:
+        proc = start_playbook(
+            "disk-full", MODEL_CACHE, model_vars(lab, root, model_cache_hf_endpoint=lab.slow_endpoint), limit=HOST
+        )
+        try:
+            wait_for_part(HOST, root, min_bytes=150_000)
+            # Another writer fills the filesystem while the download runs.
+            host_sh(
+                HOST,
+                "dd if=/dev/zero of=/srv/ft-small/filler bs=64k 2>/dev/null; sync; df -B1 /srv/ft-small",
+                check=False,
+            )
+        finally:
+            run = finish_playbook(proc, timeout=300)
+        messages = " ".join(run.messages())
+        leftovers = host_sh(HOST, f"find {root} -type f 2>/dev/null").stdout.split()
+        case.observed = f"rc {run.rc}; files left in the volume: {leftovers or 'none'}; message: {messages[:360]}"
+        case.details = {"model_bytes": total, "leftovers": leftovers}
+        assert run.rc != 0, "the download succeeded on a full filesystem"
+        assert HOST in messages and "/srv/ft-small" in messages, messages
+        assert re.search(r"need", messages) and re.search(r"free", messages), messages
+        assert re.search(r"\d+ bytes", messages), "the message gives no byte counts"
+        partial = [path for path in leftovers if path.endswith(".ttfleet-part") or "/weights/" in path]
+        assert partial == [], f"partial files left in the volume: {partial}"
+    finally:
+        host_sh(HOST, "umount /srv/ft-small", check=False)
+
+
+# ---------------------------------------------------------------------------
+# Volumes
+
+
+@pytest.mark.case("real directory where an alias must go")
+def test_real_directory_at_alias(lab, case):
+    seed, root = "/srv/ft-alias-seed", "/srv/ft-alias"
+    old = f"{seed}/volume_id_tt_transformers-{MODEL}-v0.10.0"
+    expected_path = f"{root}/{VOLUME}"
+    case.expected = (
+        "the role refuses to replace the real directory (or moves it aside); volume_alias force=false refuses, "
+        "force=true renames it aside; every file of it intact"
+    )
+    host_sh(
+        HOST,
+        f"rm -rf {seed} {root} && mkdir -p {old}/weights/{MODEL} {expected_path}/tt_metal_cache/cache_{MODEL}/N150 && "
+        f"cd {old}/weights/{MODEL} && for f in model.safetensors tokenizer.json config.json; do echo seed $f > $f; "
+        f"done && head -c 300000 /dev/urandom > {expected_path}/tt_metal_cache/cache_{MODEL}/N150/kernels.bin && "
+        f"echo operator notes > {expected_path}/NOTES.txt && chown -R 1000:1000 {seed} {root}",
+    )
+    before = host_sha256(HOST, expected_path)
+    role = run_playbook(
+        "alias-role",
+        MODEL_CACHE,
+        model_vars(lab, root, [{"name": MODEL}], model_cache_sources=["preseeded"], tt_preseeded_roots=[seed]),
+        limit=HOST,
+    )
+    role_msg = " ".join(role.messages())
+    kind = host_sh(HOST, f"stat -c %F {expected_path}").stdout.strip()
+    after_role = host_sha256(HOST, expected_path)
+    refused = run_playbook(
+        "alias-refused",
+        os.path.join(PLAYBOOKS, "alias.yml"),
+        {"ft_alias_path": expected_path, "ft_alias_src": old, "ft_alias_force": False},
+        limit=HOST,
+    )
+    refused_msg = " ".join(refused.messages())
+    after_refused = host_sha256(HOST, expected_path)
+    forced = run_playbook(
+        "alias-forced",
+        os.path.join(PLAYBOOKS, "alias.yml"),
+        {"ft_alias_path": expected_path, "ft_alias_src": old, "ft_alias_force": True},
+        limit=HOST,
+    )
+    match = re.search(r'moved_aside\\?": \\?"([^"\\]+)', forced.out)
+    aside = match.group(1) if match else ""
+    after_forced = host_sha256(HOST, aside) if aside else {}
+    link = host_sh(HOST, f"readlink {expected_path}", check=False).stdout.strip()
+    case.observed = (
+        f"role rc {role.rc} ({role_msg[:160]}), path still a {kind}, {len(after_role)}/{len(before)} files intact; "
+        f"force=false rc {refused.rc} ({refused_msg[:120]}); force=true rc {forced.rc}, moved aside to "
+        f"{os.path.basename(aside) or 'nothing'} with {sum(after_forced.get(k) == v for k, v in before.items())}"
+        f"/{len(before)} files intact, link -> {link or 'none'}"
+    )
+    assert len(before) == 2
+    assert kind == "directory" and after_role == before, "the role changed the real directory"
+    assert role.rc != 0 and expected_path in role_msg, "the role neither used nor refused the directory clearly"
+    assert refused.rc != 0 and "real directory" in refused_msg and after_refused == before
+    assert forced.rc == 0 and aside and after_forced == before
+    assert link.endswith(os.path.basename(old))
+
+
+# ---------------------------------------------------------------------------
+# Rollouts (slow: a served fleet)
+
+
+@pytest.fixture(scope="session")
+def served(lab):
+    """ft-n150-1 and ft-n150-2 serving Llama-3.2-1B-Instruct with tt-inference-server v0.18.0 (site.yml)."""
+    lab.add_host("ft-n150-2", "n150")
+    images = [f"ghcr.io/tenstorrent/tt-inference-server/{IMAGE}"]
+
+    # Our own cache directory: serve_image removes the other tarballs of its cache, which belong to other labs.
+    labmod.SERVE_IMAGE_CACHE = os.path.join(OUT, "serve-image")
+    tarball = labmod.serve_image(images)
+    for host in lab.hosts:
+        host_sh(host, "mkdir -p /var/lib/ttfleet-lab")
+        sh("docker", "cp", tarball, f"{host}:/var/lib/ttfleet-lab/serve-image.tar")
+    run = run_playbook("site-v0.18.0", SITE, {"inference_server_version": "v0.18.0", "serve_start_timeout": 300})
+    assert run.rc == 0, f"site.yml failed: {run.messages()[:3]}"
+    return lab
+
+
+def release_of(host):
+    return host_sh(host, "readlink /opt/tt-inference-server/current", check=False).stdout.strip()
+
+
+def health_of(host):
+    state = json.loads(host_sh(host, "cat /var/lib/ttfleet/serve/*.json").stdout)
+    code = host_sh(
+        host, f"curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{state['port']}/health", check=False
+    ).stdout.strip()
+    return state, code
+
+
+@pytest.mark.slow
+@pytest.mark.case("failed upgrade rolled back")
+def test_failed_upgrade_rolled_back(served, case):
+    case.expected = (
+        "upgrade to v0.25.0 (its n150 image predates the v0.11 container interface) fails on the canary, which is "
+        "put back on v0.18.0 and serves; the other host is not touched; the message names host and reason"
+    )
+    before_2 = release_of("ft-n150-2")
+    run = run_playbook(
+        "upgrade-fails",
+        UPGRADE,
+        {"inference_server_version": "v0.25.0", "upgrade_serial": 1, "serve_start_timeout": 300},
+    )
+    messages = " ".join(run.messages())
+    _state, code = health_of("ft-n150-1")
+    rel_1, rel_2 = release_of("ft-n150-1"), release_of("ft-n150-2")
+    case.observed = (
+        f"rc {run.rc}; ft-n150-1 on {os.path.basename(rel_1)}, health {code}; ft-n150-2 on {os.path.basename(rel_2)} "
+        f"(untouched: {rel_2 == before_2}); message: {messages[:300]}"
+    )
+    assert run.rc != 0
+    assert "ft-n150-1" in messages and "v0.25.0" in messages and "back on v0.18.0" in messages, messages
+    assert rel_1.endswith("v0.18.0") and code == "200"
+    assert rel_2 == before_2
+
+
+@pytest.mark.slow
+@pytest.mark.case("host unreachable mid-rollout")
+def test_host_unreachable_mid_rollout(served, case):
+    case.expected = (
+        "ft-n150-2 stops during upgrade.yml (serial 2, upgrade_max_fail_percentage 50): it is reported unreachable, "
+        "ft-n150-1 finishes the upgrade to v0.20.0 and serves"
+    )
+    proc = start_playbook(
+        "upgrade-unreachable",
+        UPGRADE,
+        {
+            "inference_server_version": "v0.20.0",
+            "upgrade_serial": 2,
+            "upgrade_max_fail_percentage": 50,
+            "serve_start_timeout": 300,
+        },
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            with open(proc.ft_log, encoding="utf-8") as handle:
+                if "TASK [ttfleet.inference.tt_host" in handle.read():
+                    break
+            time.sleep(0.5)
+        sh("docker", "stop", "ft-n150-2")
+        log("stopped ft-n150-2 mid-rollout")
+    finally:
+        run = finish_playbook(proc, timeout=1200)
+    recap = run.recap()
+    sh("docker", "start", "ft-n150-2")
+    _state, code = health_of("ft-n150-1")
+    rel_1 = release_of("ft-n150-1")
+    case.observed = f"rc {run.rc}; recap {recap}; ft-n150-1 on {os.path.basename(rel_1)}, health {code}"
+    assert recap.get("ft-n150-2", {}).get("unreachable", 0) >= 1, recap
+    assert recap.get("ft-n150-1", {}).get("failed", 1) == 0, recap
+    assert rel_1.endswith("v0.20.0") and code == "200"
+
+
+# ---------------------------------------------------------------------------
+# Secrets
+
+
+@pytest.mark.case("token-leak scan")
+def test_token_leak_scan(lab, case):
+    secrets_ = list(lab.secrets)
+    for host in lab.hosts:
+        env = host_sh(host, "cat /etc/ttfleet/serve/*.env 2>/dev/null || true", check=False).stdout
+        secrets_ += [
+            line.split("=", 1)[1] for line in env.splitlines() if line.startswith(("VLLM_API_KEY=", "API_KEY="))
+        ]
+    case.expected = (
+        "no secret value (HF token, API keys) in ansible output, fact cache, host journals, unit files, ps, async "
+        "job files, state files, proxy logs"
+    )
+    texts = {}
+    for path in glob.glob(os.path.join(LOGS, "*.log")) + glob.glob(os.path.join(OUT, "fact-cache", "*")):
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            texts[os.path.relpath(path, ROOT)] = handle.read()
+    for path in glob.glob(os.path.join(OUT, "**", "*"), recursive=True):
+        if os.path.isfile(path) and path.endswith((".jsonl", ".log", ".out")) and not path.startswith(LOGS):
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                texts[os.path.relpath(path, ROOT)] = handle.read()
+    for host in lab.hosts:
+        if sh("docker", "inspect", "-f", "{{.State.Running}}", host, check=False).stdout.strip() != "true":
+            continue
+        for what, script in {
+            "journal": "journalctl --no-pager -o cat 2>/dev/null",
+            "unit files": "cat /etc/systemd/system/*.service /etc/systemd/system/*.timer 2>/dev/null",
+            "ps": "ps -eo args 2>/dev/null",
+            "async jobs": "cat /root/.ansible_async/* 2>/dev/null",
+            "state and conf": "cat /var/lib/ttfleet/serve/*.json /etc/ttfleet/serve/*.conf 2>/dev/null",
+            "docker inspect": "docker inspect $(docker ps -aq) 2>/dev/null",
+        }.items():
+            texts[f"{host}: {what}"] = host_sh(host, script, check=False).stdout
+    # Positive control: the scan finds the token where it legitimately is (the run's private vars file).
+    with open(os.path.join(VARS, "gated-token.json"), encoding="utf-8") as handle:
+        control = sum(secret in handle.read() for secret in lab.secrets)
+    leaks = sorted({where for where, text in texts.items() for secret in secrets_ if secret and secret in text})
+    size = sum(len(text) for text in texts.values())
+    case.details = {"sources": sorted(texts), "secrets": len(secrets_)}
+    case.observed = (
+        f"{len(secrets_)} secrets searched in {len(texts)} sources ({size // 1024} KiB); control found the token in "
+        f"its vars file: {control == len(lab.secrets)}; leaks: {leaks or 'none'}"
+    )
+    assert control == len(lab.secrets), "the scan does not find the token even where it is"
+    assert len(texts) >= 10
+    assert leaks == []
