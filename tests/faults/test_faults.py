@@ -434,14 +434,16 @@ def test_failed_upgrade_rolled_back(served, case):
         {"inference_server_version": "v0.25.0", "upgrade_serial": 1, "serve_start_timeout": 300},
     )
     messages = " ".join(run.messages())
+    final = (run.messages() or [""])[-1]
     _state, code = health_of("ft-n150-1")
     rel_1, rel_2 = release_of("ft-n150-1"), release_of("ft-n150-2")
     case.observed = (
         f"rc {run.rc}; ft-n150-1 on {os.path.basename(rel_1)}, health {code}; ft-n150-2 on {os.path.basename(rel_2)} "
-        f"(untouched: {rel_2 == before_2}); message: {messages[:300]}"
+        f"(untouched: {rel_2 == before_2}); message: {final[:230]} ... {final[-130:]}"
     )
     assert run.rc != 0
-    assert "ft-n150-1" in messages and "v0.25.0" in messages and "back on v0.18.0" in messages, messages
+    assert "ft-n150-1" in messages and "v0.25.0" in messages, messages
+    assert re.search(r"(rolled back to|back on) v0\.18\.0", messages), messages
     assert rel_1.endswith("v0.18.0") and code == "200"
     assert rel_2 == before_2
 
@@ -517,7 +519,6 @@ def test_token_leak_scan(lab, case):
             "ps": "ps -eo args 2>/dev/null",
             "async jobs": "cat /root/.ansible_async/* 2>/dev/null",
             "state and conf": "cat /var/lib/ttfleet/serve/*.json /etc/ttfleet/serve/*.conf 2>/dev/null",
-            "docker inspect": "docker inspect $(docker ps -aq) 2>/dev/null",
         }.items():
             texts[f"{host}: {what}"] = host_sh(host, script, check=False).stdout
     # Positive control: the scan finds the token where it legitimately is (the run's private vars file).
