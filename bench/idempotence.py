@@ -84,10 +84,10 @@ def main():
     parser.add_argument("--output", default=os.path.join(ROOT, "bench", "results", "idempotence.json"))
     args = parser.parse_args()
 
-    for _ in range(args.warmup):
+    for _warmup in range(args.warmup):
         run(args.inventory, args.playbook)
     site_times, changed, tasks = [], [], 0
-    for _ in range(args.runs):
+    for _run in range(args.runs):
         seconds, recap = run(args.inventory, args.playbook)
         site_times.append(seconds)
         changed.append(sum(item["changed"] for item in recap.values()))
@@ -98,7 +98,7 @@ def main():
             handle.write(baseline_playbook(tasks, args.hosts, module))
             path = handle.name
         try:
-            baselines[label] = statistics.median(run(args.inventory, path)[0] for _ in range(args.runs))
+            baselines[label] = statistics.median(run(args.inventory, path)[0] for _run in range(args.runs))
         finally:
             os.unlink(path)
     base_times = [baselines["ping"]]

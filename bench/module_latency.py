@@ -70,7 +70,7 @@ def main():
     results = []
     for module, module_args in cases:
         call(args.host, module, module_args)  # warm-up: caches, ControlPersist, bytecode
-        times = [call(args.host, module, module_args) for _ in range(args.runs)]
+        times = [call(args.host, module, module_args) for _run in range(args.runs)]
         results.append(
             {
                 "module": module,

@@ -30,7 +30,8 @@ import threading
 import time
 import urllib.error
 import urllib.parse
-import urllib.request
+
+from ansible.module_utils.urls import open_url
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Error
 from ansible_collections.ttfleet.inference.plugins.module_utils._spec import tt_metal_cache_subdir
@@ -428,7 +429,7 @@ class HttpStore:
     def _open(self, key, name, missing_ok=False):
         url = self._url(key, name)
         try:
-            return urllib.request.urlopen(url, timeout=self.timeout)
+            return open_url(url, method="GET", timeout=self.timeout)
         except urllib.error.HTTPError as exc:
             exc.close()
             if exc.code == 404 and missing_ok:
@@ -838,7 +839,7 @@ def clear_leftovers(parent, mesh):
 def check_health(url, timeout=10):
     """None when ``url`` answers HTTP 200, else the reason."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
+        with open_url(url, method="GET", timeout=timeout) as resp:
             if resp.status == 200:
                 return None
             return f"{url} answered HTTP {resp.status}"

@@ -15,7 +15,8 @@ import stat
 import subprocess
 import time
 import urllib.error
-import urllib.request
+
+from ansible.module_utils.urls import open_url
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import (
     MANIFEST_NAME,
@@ -114,13 +115,13 @@ def health_url(data):
     return None
 
 
-def probe(url, timeout, opener=urllib.request.urlopen):
+def probe(url, timeout, opener=open_url):
     """GET url: ``healthy`` on 200, else ``unhealthy`` (another status) or ``unreachable``."""
     if not url:
         return {"url": None, "status": "unknown", "code": None, "seconds": None, "error": "no port in the state file"}
     started = time.monotonic()
     try:
-        with opener(urllib.request.Request(url, method="GET"), timeout=timeout) as response:
+        with opener(url, method="GET", timeout=timeout) as response:
             code = response.getcode()
     except urllib.error.HTTPError as exc:
         code = exc.code
@@ -205,7 +206,7 @@ def current_release(releases_root):
     return result
 
 
-def instance_report(entry, timeout, runner=subprocess.run, opener=urllib.request.urlopen):
+def instance_report(entry, timeout, runner=subprocess.run, opener=open_url):
     """One instance: its recorded configuration, its unit, its health and its volume."""
     data = entry["data"]
     instance = entry["instance"]
@@ -238,7 +239,7 @@ def instance_report(entry, timeout, runner=subprocess.run, opener=urllib.request
     return report
 
 
-def host_report(state_dir, releases_root, timeout=5.0, runner=subprocess.run, opener=urllib.request.urlopen):
+def host_report(state_dir, releases_root, timeout=5.0, runner=subprocess.run, opener=open_url):
     instances = [instance_report(entry, timeout, runner, opener) for entry in read_state_files(state_dir)]
     releases = current_release(releases_root)
     return {

@@ -465,7 +465,7 @@ def s3_prefix_of(prefix, repo_id, revision):
 
 
 class _ClosingResponse:
-    """An http.client response that also closes its connection, shaped like what ``urlopen`` returns."""
+    """An http.client response that also closes its connection, shaped like what urllib returns."""
 
     def __init__(self, resp):
         self._resp = resp

@@ -57,7 +57,7 @@ def _kill(pidfile):
         with open(pidfile) as handle:
             pid = int(handle.read().strip())
         os.kill(pid, signal.SIGTERM)
-        for _ in range(50):
+        for _attempt in range(50):
             os.kill(pid, 0)
             time.sleep(0.1)
     except (FileNotFoundError, ValueError, ProcessLookupError):
@@ -106,7 +106,7 @@ def start(args):
         handle.write(f"{proc.pid}\n")
     origin = f"http://{host}:{port}"
     probe = f"{origin}/api/models/{args.repo[0]}/revision/main"
-    for _ in range(100):
+    for _attempt in range(100):
         try:
             with urllib.request.urlopen(probe, timeout=2) as response:
                 if response.status == 200:
@@ -140,7 +140,7 @@ def start(args):
             start_new_session=True,
         )
     endpoint = ""
-    for _ in range(100):
+    for _attempt in range(100):
         with open(os.path.join(args.state, "proxy.out")) as handle:
             endpoint = handle.readline().strip()
         if endpoint or proxy.poll() is not None:

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 # Copyright (c) ttfleet.inference contributors
 # SPDX-License-Identifier: Apache-2.0
 """An HTTP reverse proxy for tests that counts the body bytes it relays, per request, into a JSON-lines log.
@@ -94,7 +94,7 @@ def main(argv=None):
     # Bytes per second per response: slow enough for a test to interrupt a download midway.
     parser.add_argument("--rate", type=int, default=0)
     args = parser.parse_args(argv)
-    host, _, port = args.listen.rpartition(":")
+    host, _sep, port = args.listen.rpartition(":")
     server = Server((host, int(port)), make_handler(args.upstream, args.log, args.keep_host, args.rate))
     if args.pidfile:
         with open(args.pidfile, "w") as handle:

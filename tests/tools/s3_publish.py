@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 # Copyright (c) ttfleet.inference contributors
 # SPDX-License-Identifier: Apache-2.0
 """Publish the lab's tiny model (tests/lab/hf_model.py) to an S3 bucket the way the s3 source reads it.

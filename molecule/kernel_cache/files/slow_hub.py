@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 # Copyright (c) ttfleet.inference contributors
 # SPDX-License-Identifier: Apache-2.0
 """LAB STAND-IN, tests only: a Hugging Face Hub endpoint for one repository that sends file bodies at a fixed
