@@ -245,7 +245,7 @@ def start_proxy(script, name, args):
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-    for _ in range(100):
+    for _attempt in range(100):
         with open(out_path, encoding="utf-8") as handle:
             url = handle.readline().strip()
         if url.startswith("http://"):

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """A gate in front of the lab's Hugging Face mirror that refuses gated repositories without a token (tests only).
 
 huggingface.co answers requests for a gated repository without a valid token with HTTP 401 (anonymous) or 403
@@ -113,7 +113,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     with open(args.token_file, encoding="utf-8") as handle:
         token = handle.read().strip()
-    host, _, port = args.listen.rpartition(":")
+    host, _sep, port = args.listen.rpartition(":")
     server = Server((host, int(port)), make_handler(args.upstream, args.gated, token))
     if args.pidfile:
         with open(args.pidfile, "w") as handle:
