@@ -198,7 +198,7 @@ def main(argv=None):
             "polls": len(poller.samples),
             "gaps_s": [round(u - d, 2) for d, u in closed],
             "down_total_s": round(sum(u - d for d, u in closed), 2),
-            "still_down": any(u is None for _, u in gaps),
+            "still_down": any(u is None for _down, u in gaps),
             "first_down_s": round(gaps[0][0] - start, 2) if gaps else None,
         }
         instances.append(row)

@@ -29,7 +29,7 @@ def main(argv=None):
     for release in args.release:
         catalog = _spec.load_spec_file(os.path.join(args.specs, f"release_model_spec-{release}.json.gz"))
         for pair in args.pairs:
-            model, _, device = pair.rpartition("@")
+            model, _sep, device = pair.rpartition("@")
             image = _spec.resolve(catalog, model, device)["docker_image"]
             if image not in images:
                 images.append(image)

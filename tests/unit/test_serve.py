@@ -272,7 +272,7 @@ def test_wrapper_health_restarts_after_failures_in_a_row(wrapper, monkeypatch):
     monkeypatch.setattr(module, "_unit_state", lambda unit: "active")
     monkeypatch.setattr(module, "get", lambda url, key=None, timeout=10: (next(answers), b""))
     monkeypatch.setattr(module.subprocess, "run", lambda argv, **kw: restarts.append(argv))
-    for _ in range(5):
+    for _check in range(5):
         module.cmd_health("x", conf)
         # 503 then nothing: restart; 200 resets; 503, 503: restart again.
     assert restarts == [["systemctl", "restart", "--no-block", "tt-serve@x.service"]] * 2
