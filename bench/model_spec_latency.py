@@ -12,6 +12,7 @@ The import path needs a tt-inference-server checkout on this machine (--checkout
 
     bench/model_spec_latency.py --host lab-p300x2-1 [--checkout /path/to/tt-inference-server]
 """
+
 import argparse
 import json
 import os
@@ -51,15 +52,30 @@ def on_host(host, checkout, spec_file, runs):
 
 
 def task(host, args, runs):
-    env = dict(os.environ, LANG="C.UTF-8", LC_ALL="C.UTF-8",
-               ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".ansible", "collections"))
+    env = dict(
+        os.environ,
+        LANG="C.UTF-8",
+        LC_ALL="C.UTF-8",
+        ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".ansible", "collections"),
+    )
     times = []
     for _run in range(runs):
         start = time.perf_counter()
         subprocess.run(
-            [os.path.join(ROOT, ".venv", "bin", "ansible"), host, "-i", os.path.join(ROOT, "inventories", "lab"),
-             "-m", "ttfleet.inference.model_spec", "-a", json.dumps(args)],
-            check=True, env=env, capture_output=True, cwd=ROOT,
+            [
+                os.path.join(ROOT, ".venv", "bin", "ansible"),
+                host,
+                "-i",
+                os.path.join(ROOT, "inventories", "lab"),
+                "-m",
+                "ttfleet.inference.model_spec",
+                "-a",
+                json.dumps(args),
+            ],
+            check=True,
+            env=env,
+            capture_output=True,
+            cwd=ROOT,
         )
         times.append(time.perf_counter() - start)
     return statistics.median(times)
@@ -85,16 +101,25 @@ def main():
         docker("exec", args.host, "mkdir", "-p", f"{HOST_DIR}/tt-inference-server/.git")
         cases.append(("import", f"{HOST_DIR}/tt-inference-server", ""))
 
-    results = {"host": args.host, "runs": args.runs, "date": time.strftime("%Y-%m-%d"),
-               "machine": f"{os.cpu_count()} cores", "cases": {}}
+    results = {
+        "host": args.host,
+        "runs": args.runs,
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": f"{os.cpu_count()} cores",
+        "cases": {},
+    }
     print(f"{'path':8} {'source':26} {'on_host_s':>10} {'task_s':>8}  volume_name")
     for label, checkout, spec_file in cases:
         seconds, source, name = on_host(args.host, checkout, spec_file, args.runs)
         module_args = {"model": "Qwen3-32B", "device": "p300x2"}
         module_args.update({"tt_inference_server_dir": checkout} if checkout else {"spec_file": spec_file})
         task_seconds = task(args.host, module_args, args.runs)
-        results["cases"][label] = {"source": source, "on_host_s": round(seconds, 4),
-                                   "task_s": round(task_seconds, 3), "volume_name": name}
+        results["cases"][label] = {
+            "source": source,
+            "on_host_s": round(seconds, 4),
+            "task_s": round(task_seconds, 3),
+            "volume_name": name,
+        }
         print(f"{label:8} {source:26} {seconds:10.3f} {task_seconds:8.2f}  {name}")
     os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
     out = os.path.join(ROOT, "bench", "results", "model_spec_latency.json")

@@ -37,10 +37,9 @@ def call(host, module, args):
         os.path.join(ROOT, "inventories", "lab"),
         "-m",
         module,
-        "-a",
-        json.dumps(args),
-        "-o",
     ]
+    if args:
+        argv += ["-a", json.dumps(args)]
     start = time.perf_counter()
     proc = subprocess.run(argv, cwd=ROOT, env=env, text=True, capture_output=True, check=False)
     seconds = time.perf_counter() - start
