@@ -17,11 +17,12 @@ Asserts nothing.   .venv/bin/python bench/fleet_convergence.py [--sizes 1,4,8] [
 import argparse
 import json
 import os
-import platform
 import re
 import subprocess
 import sys
 import time
+
+import _results
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, ".venv", "bin")
@@ -111,16 +112,11 @@ def main():
         run([sys.executable, "tests/lab/hf_mirror.py", "stop"])
         run([sys.executable, "tests/lab/lab.py", "down"])
     data = {
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "system": platform.platform()},
+        **_results.stamp(),
         "model": REPO,
         "results": results,
     }
-    os.makedirs(os.path.dirname(args.output), exist_ok=True)
-    with open(args.output, "w") as out:
-        json.dump(data, out, indent=2)
-        out.write("\n")
-    print(f"wrote {args.output}")
+    _results.write(args.output, data)
 
 
 if __name__ == "__main__":

@@ -11,15 +11,15 @@ bench/results/idempotence.json. Asserts nothing.
 """
 
 import argparse
-import json
 import os
-import platform
 import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+import _results
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECAP = re.compile(
@@ -103,8 +103,7 @@ def main():
             os.unlink(path)
     base_times = [baselines["ping"]]
     result = {
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "system": platform.platform()},
+        **_results.stamp(),
         "inventory": args.inventory,
         "playbook": args.playbook,
         "hosts": len(recap),
@@ -120,11 +119,7 @@ def main():
     print(f"re-run of {args.playbook}: {result['rerun_s']} s   changed: {changed}")
     print(f"baseline ({tasks} x ping, one module round trip each): {result['baseline_s']} s   ratio: {result['ratio']}")
     print(f"floor ({tasks} x meta noop, no host contact): {result['noop_s']} s")
-    os.makedirs(os.path.dirname(args.output), exist_ok=True)
-    with open(args.output, "w") as out:
-        json.dump(result, out, indent=2)
-        out.write("\n")
-    print(f"wrote {args.output}")
+    _results.write(args.output, result)
 
 
 if __name__ == "__main__":

@@ -13,11 +13,12 @@ bench/results/module_latency.json; asserts nothing.
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
+
+import _results
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -87,17 +88,12 @@ def main():
     for item in results[1:]:
         item["over_ping_s"] = round(item["median_s"] - floor, 3)
     data = {
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "system": platform.platform()},
+        **_results.stamp(),
         "host": args.host,
         "query": spec,
         "results": results,
     }
-    os.makedirs(os.path.dirname(args.output), exist_ok=True)
-    with open(args.output, "w") as out:
-        json.dump(data, out, indent=2)
-        out.write("\n")
-    print(f"wrote {args.output}")
+    _results.write(args.output, data)
 
 
 if __name__ == "__main__":

@@ -315,7 +315,7 @@ evidence:
 
 import os
 
-from ansible.module_utils.basic import AnsibleModule, env_fallback
+from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels import (
     DEFAULT_TEMP_PATTERNS,
@@ -329,6 +329,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._kernels import 
     key_text,
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client, S3Error
+from ansible_collections.ttfleet.inference.plugins.module_utils._s3_options import S3_OPTIONS
 
 
 def _store(params):
@@ -376,14 +377,6 @@ def main():
             store=dict(type="str", choices=["path", "http", "s3"]),
             store_path=dict(type="path"),
             store_url=dict(type="str"),
-            s3_endpoint=dict(type="str"),
-            s3_bucket=dict(type="str"),
-            s3_prefix=dict(type="str", default=""),
-            s3_region=dict(type="str", default="us-east-1"),
-            s3_access_key=dict(type="str", no_log=True, fallback=(env_fallback, ["AWS_ACCESS_KEY_ID"])),
-            s3_secret_key=dict(type="str", no_log=True, fallback=(env_fallback, ["AWS_SECRET_ACCESS_KEY"])),
-            s3_ca_bundle=dict(type="path"),
-            s3_verify=dict(type="bool", default=True),
             spool=dict(type="path"),
             health_url=dict(type="str"),
             warmed=dict(type="bool", default=False),
@@ -399,6 +392,7 @@ def main():
             status_file=dict(type="path"),
             host=dict(type="str"),
             timeout=dict(type="int", default=60),
+            **S3_OPTIONS,
         ),
         required_if=[
             ("state", "deployed", ["store"]),

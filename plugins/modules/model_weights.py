@@ -348,6 +348,7 @@ manifest:
 
 from ansible.module_utils.basic import AnsibleModule, env_fallback
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._s3_options import S3_OPTIONS
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights import (
     DEFAULT_ENDPOINT,
     DEFAULT_IGNORE_PATTERNS,
@@ -378,15 +379,8 @@ def main():
             status_file=dict(type="path"),
             host=dict(type="str"),
             timeout=dict(type="int", default=60),
-            s3_endpoint=dict(type="str"),
-            s3_bucket=dict(type="str"),
-            s3_prefix=dict(type="str", default=""),
-            s3_region=dict(type="str", default="us-east-1"),
-            s3_access_key=dict(type="str", no_log=True, fallback=(env_fallback, ["AWS_ACCESS_KEY_ID"])),
-            s3_secret_key=dict(type="str", no_log=True, fallback=(env_fallback, ["AWS_SECRET_ACCESS_KEY"])),
-            s3_ca_bundle=dict(type="path"),
-            s3_verify=dict(type="bool", default=True),
             peer_url=dict(type="str"),
+            **S3_OPTIONS,
         ),
         required_if=[
             ("source", "hf", ["repo_id"]),
