@@ -652,6 +652,13 @@ def _tarinfo(name, kind, size, mode):
     return info
 
 
+def _abort(proc, thread):
+    """Stop a zstd pipe and the thread that feeds or drains it."""
+    proc.kill()
+    thread.join()
+    proc.wait()
+
+
 def pack(cache_dir, scan, out_path, zstd, level=3, progress=None):
     """Tar the scanned entries of ``cache_dir`` through ``zstd`` into ``out_path``.
 
@@ -698,9 +705,7 @@ def pack(cache_dir, scan, out_path, zstd, level=3, progress=None):
                     progress.advance(size, rel)
         proc.stdin.close()
     except BaseException:
-        proc.kill()
-        thread.join()
-        proc.wait()
+        _abort(proc, thread)
         raise
     thread.join()
     rc = proc.wait()
@@ -776,16 +781,12 @@ def unpack(source, staging, zstd, max_bytes, owner=None, progress=None):
         while proc.stdout.read(CHUNK):
             pass
     except tarfile.TarError as exc:
-        proc.kill()
-        thread.join()
-        proc.wait()
+        _abort(proc, thread)
         raise KernelError(
             f"the archive is not a readable tar.zst ({exc}); remove the store entry and harvest again"
         ) from None
     except BaseException:
-        proc.kill()
-        thread.join()
-        proc.wait()
+        _abort(proc, thread)
         raise
     thread.join()
     rc = proc.wait()

