@@ -18,6 +18,7 @@ import urllib.error
 
 from ansible.module_utils.urls import open_url
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._reuse import read_record
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import (
     MANIFEST_NAME,
     read_manifest,
@@ -145,7 +146,15 @@ def probe(url, timeout, opener=open_url):
 
 def describe_expected(path, model_name):
     """The expected volume: alias or directory, weights completeness, manifest identity, cache meshes."""
-    info = {"path": path, "type": "absent", "is_alias": False, "alias_of": None, "exists": False}
+    info = {
+        "path": path,
+        "type": "absent",
+        "is_alias": False,
+        "alias_of": None,
+        "weights_from": None,
+        "tt_metal_commit": None,
+        "exists": False,
+    }
     if not path:
         info["type"] = "unknown"
         return info
@@ -162,6 +171,10 @@ def describe_expected(path, model_name):
             info["alias_of"] = None
     elif stat.S_ISDIR(lst.st_mode):
         info["type"] = "directory"
+        # A volume of a new model version whose weights are hardlinks of an older volume's (own kernel cache).
+        record = read_record(path) or {}
+        info["weights_from"] = record.get("weights_from")
+        info["tt_metal_commit"] = record.get("tt_metal_commit")
     else:
         info["type"] = "other"
     info["exists"] = os.path.isdir(path)
@@ -276,6 +289,8 @@ def status_lines(rows):
             name = os.path.basename(volume.get("path") or "") or "-"
             if volume.get("is_alias"):
                 name += " -> " + os.path.basename(volume.get("alias_of") or "?")
+            elif volume.get("weights_from"):
+                name += " (weights of " + os.path.basename(volume["weights_from"]) + ")"
             table.append(
                 (
                     host,

@@ -565,6 +565,18 @@ def _within(path, root):
     return path == root or os.path.commonpath([path, root]) == root
 
 
+def check_source_root(src, allowed_roots):
+    """The real path of ``src``; raises VolumeError when ``allowed_roots`` is set and it resolves outside them."""
+    roots = [check_path_text(root, "allowed_roots entry") for root in (allowed_roots or [])]
+    src_real = os.path.realpath(src)
+    if roots and not any(_within(src_real, os.path.realpath(root)) for root in roots):
+        raise VolumeError(
+            f"source {src} (resolving to {src_real}) is outside allowed_roots {roots}; "
+            "pick a source under one of them or add its root to allowed_roots"
+        )
+    return src_real
+
+
 def _state_text(kind, link_target):
     if kind == "link":
         return link_target
@@ -617,14 +629,7 @@ def plan_alias(path, src, force=False, relative=True, allowed_roots=None, now=No
         else:
             problem = "does not exist"
         raise VolumeError(f"source {src} for alias {path} {problem}; point src at an existing volume directory")
-    src_real = os.path.realpath(src)
-    if roots:
-        real_roots = [os.path.realpath(root) for root in roots]
-        if not any(_within(src_real, root) for root in real_roots):
-            raise VolumeError(
-                f"source {src} (resolving to {src_real}) is outside allowed_roots {roots}; "
-                "pick a source under one of them or add its root to allowed_roots"
-            )
+    src_real = check_source_root(src, roots)
 
     parent_real = os.path.realpath(parent)
     node = os.path.join(parent_real, os.path.basename(path))

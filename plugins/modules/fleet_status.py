@@ -100,7 +100,8 @@ instances:
       type: dict
     volume:
       description: >-
-        C(path), C(type) (link, directory, absent), C(is_alias), C(alias_of), C(weights) (C(usable), C(revision),
+        C(path), C(type) (link, directory, absent), C(is_alias), C(alias_of), C(weights_from) and C(tt_metal_commit)
+        (a directory whose weights are hardlinks of another volume's), C(weights) (C(usable), C(revision),
         C(source), C(verified)) and C(kernel_cache_meshes) of the expected volume.
       type: dict
     healthy:

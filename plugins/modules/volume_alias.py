@@ -17,6 +17,12 @@ description:
     then a rename over the old one). The previous link text is returned as RV(previous_target) for rollbacks.
   - A real directory or file at O(path) is never replaced or deleted. Without O(force=true) that is an error; with it,
     the entry is renamed aside with a UTC timestamp suffix and returned as RV(moved_aside).
+  - With O(link=hardlink), O(path) becomes a new directory instead, whose files are hardlinks of the files of O(src)
+    (zero bytes copied), except the per-release state C(tt_metal_cache/), C(logs/) and C(model_file_symlinks_map/),
+    and whose C(tt_metal_cache/) starts empty. For a model version whose C(tt_metal_commit) differs from the one that
+    compiled O(src)'s kernel cache, so that both versions share their weights and keep their kernels apart. The directory is
+    built under a temporary name and renamed into place; a record C(.ttfleet-volume.json) in it names O(src) and
+    O(tt_metal_commit).
   - O(state=absent) removes O(path) only if it is a symlink.
   - Paths holding NUL or control characters are rejected before the filesystem is touched.
 extends_documentation_fragment:
@@ -52,6 +58,19 @@ options:
     type: str
     choices: [present, absent]
     default: present
+  link:
+    description:
+      - V(symlink) makes O(path) a symlink to O(src); V(hardlink) makes it a new directory of hardlinks, see above.
+      - V(hardlink) needs O(src) on the filesystem of O(path)'s parent. A directory at O(path) that this module made
+        from O(src) counts as done.
+    type: str
+    choices: [symlink, hardlink]
+    default: symlink
+  tt_metal_commit:
+    description:
+      - With O(link=hardlink), the C(tt_metal_commit) of the spec the new volume is for, written to its record so
+        that a later release knows which commit compiled its kernel cache.
+    type: str
   force:
     description:
       - When O(path) is a real directory or file, rename it to C(<path>.ttfleet-aside-<YYYYmmddTHHMMSSZ>) and create
@@ -113,6 +132,13 @@ EXAMPLES = r"""
     src: /home/tt/data/tt-cache/volume_id_tt_transformers-Qwen3-32B-vqb2_launch
     force: true
 
+- name: Give the new model version its own kernel cache, sharing the weights of the old one
+  ttfleet.inference.volume_alias:
+    path: /opt/tt-cache/volume_id_tt_transformers-Llama-3.1-8B-Instruct-v0.19.0
+    src: /opt/tt-cache/volume_id_tt_transformers-Llama-3.1-8B-Instruct-v0.17.0
+    link: hardlink
+    tt_metal_commit: b204341
+
 - name: Remove an alias
   ttfleet.inference.volume_alias:
     path: /opt/tt-cache/volume_id_tt_transformers-Qwen3-32B-v0.14.0
@@ -131,7 +157,9 @@ src:
   type: str
   sample: /opt/tt-cache/volume_id_tt_transformers-Qwen3-32B-vqb2_launch
 target:
-  description: The link text written (or that would be written in check mode); V(null) when O(state=absent).
+  description:
+    - The link text written (or that would be written in check mode); V(null) when O(state=absent) or
+      O(link=hardlink).
   returned: always
   type: str
   sample: volume_id_tt_transformers-Qwen3-32B-vqb2_launch
@@ -141,6 +169,16 @@ action:
   type: str
   choices: [none, create, replace, move_aside, remove]
   sample: create
+files:
+  description: With O(link=hardlink), the number of files hardlinked (or to hardlink), else V(0).
+  returned: always
+  type: int
+  sample: 11
+bytes:
+  description: With O(link=hardlink), the bytes those files hold, shared with O(src) and not copied, else V(0).
+  returned: always
+  type: int
+  sample: 16069719532
 previous_state:
   description: What O(path) was before the call.
   returned: always
@@ -163,6 +201,7 @@ moved_aside:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._reuse import apply_hardlink, plan_hardlink
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import (
     VolumeError,
     apply_plan,
@@ -177,6 +216,8 @@ def main():
             path=dict(type="path", required=True),
             src=dict(type="path"),
             state=dict(type="str", choices=["present", "absent"], default="present"),
+            link=dict(type="str", choices=["symlink", "hardlink"], default="symlink"),
+            tt_metal_commit=dict(type="str"),
             force=dict(type="bool", default=False),
             relative=dict(type="bool", default=True),
             allowed_roots=dict(type="list", elements="path"),
@@ -188,6 +229,14 @@ def main():
     try:
         if params["state"] == "absent":
             plan = plan_absent(params["path"])
+        elif params["link"] == "hardlink":
+            plan = plan_hardlink(
+                params["path"],
+                params["src"],
+                params["tt_metal_commit"],
+                force=params["force"],
+                allowed_roots=params["allowed_roots"],
+            )
         else:
             plan = plan_alias(
                 params["path"],
@@ -197,7 +246,7 @@ def main():
                 allowed_roots=params["allowed_roots"],
             )
         if plan["changed"] and not module.check_mode:
-            apply_plan(plan)
+            (apply_hardlink if "src_real" in plan else apply_plan)(plan)
     except VolumeError as exc:
         module.fail_json(msg=str(exc))
 
@@ -205,6 +254,8 @@ def main():
         key: plan[key]
         for key in ("path", "src", "target", "action", "previous_state", "previous_target", "moved_aside")
     }
+    result["files"] = plan.get("files", 0)
+    result["bytes"] = plan.get("bytes", 0)
     result["changed"] = plan["changed"]
     if module._diff:
         result["diff"] = plan["diff"]

@@ -20,6 +20,10 @@ description:
     reported as well.
   - Given O(model) and O(device), also reports the volume the model spec expects under O(root)
     and the volumes it could be aliased to with M(ttfleet.inference.volume_alias), best first.
+  - Each candidate also says which C(tt_metal_commit) compiled its kernel cache, when something records it (a
+    record of M(ttfleet.inference.volume_alias) with O(ttfleet.inference.volume_alias#module:link=hardlink), a marker
+    of M(ttfleet.inference.kernel_cache), or the spec of the candidate's version in another installed release, see
+    O(release_dirs)), and how the expected volume should reuse it, see RV(candidates).
   - Entries whose names hold control characters or bytes that are not UTF-8, and roots that cannot be listed, are
     skipped with a warning.
   - Read-only; never changes anything.
@@ -49,6 +53,24 @@ options:
       - Walks every file, which takes a while on large caches.
     type: bool
     default: false
+  release_dirs:
+    description:
+      - Checkouts of other tt-inference-server releases whose model specs tell which C(tt_metal_commit) made a
+        candidate of another model version (shell globs are expanded; the release being read is skipped).
+      - When unset and the spec comes from the default C(/opt/tt-inference-server/current), the other releases that
+        the P(ttfleet.inference.inference_server#role) role keeps beside it (C(/opt/tt-inference-server/releases/*)).
+      - Read only when the expected volume is absent and a candidate records no commit itself.
+    type: list
+    elements: path
+  kernel_isolation:
+    description:
+      - When V(true), a candidate whose kernel cache was compiled by another C(tt_metal_commit) than the spec's, or by
+        an unknown one (a version pin with nothing recording it), gets RV(candidates[].reuse=hardlink), that is a new
+        directory with the weights hardlinked and a kernel cache of its own, so that neither release runs the other's
+        kernels.
+      - When V(false), every candidate is reused as an alias (RV(candidates[].reuse=symlink)).
+    type: bool
+    default: true
 notes:
   - The spec source options O(tt_inference_server_dir), O(spec_file) and O(python) are only used when O(model) is set;
     without the first two, the current release that the P(ttfleet.inference.inference_server#role) role installs is
@@ -253,25 +275,55 @@ candidates:
       directory preferred.
     - Order is a tensor cache for the expected mesh first, then version pins before build labels and higher versions
       first, then the newest modification time.
-    - Each has the keys of RV(volumes) plus RV(expected.tensor_cache_for_mesh).
+    - Each has the keys of RV(volumes) plus RV(expected.tensor_cache_for_mesh) and the keys below.
   returned: always
   type: list
   elements: dict
+  contains:
+    tt_metal_commit:
+      description: The C(tt_metal_commit) that made the candidate's kernel cache, V(null) when nothing records it.
+      type: str
+      sample: 8c48a10
+    tt_metal_commit_from:
+      description: Where RV(candidates[].tt_metal_commit) comes from (a record, a marker or a release's spec).
+      type: str
+    kernels:
+      description: The candidate's commit against the spec's.
+      type: str
+      choices: [same, other, unknown]
+    same_filesystem:
+      description: Whether the candidate is on the filesystem of O(root) (hardlinks are possible).
+      type: bool
+    reuse:
+      description:
+        - V(symlink) to alias the candidate (its kernel cache included), V(hardlink) to make the expected volume a new
+          directory with the candidate's weights hardlinked and an empty kernel cache.
+        - A build label with an unknown commit (a factory C(-vqb2_launch) volume) is aliased; so is a candidate on
+          another filesystem, with a warning.
+      type: str
+      choices: [symlink, hardlink]
+    reuse_reason:
+      description: Why RV(candidates[].reuse) was chosen.
+      type: str
 spec:
   description: What the model spec derives for O(model) and O(device), as returned by M(ttfleet.inference.model_spec).
   returned: when O(model) is set
   type: dict
 """
 
+import glob
 import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._reuse import annotate_candidates, release_commits
 from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
     SPEC_SOURCE_OPTIONS,
     SpecError,
     default_checkout,
+    iter_specs,
     load_catalog,
+    load_checkout,
     resolve,
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import (
@@ -284,12 +336,51 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import 
 )
 
 
+def _other_releases(patterns, checkout):
+    """Release checkouts to consult for candidates' commits: the given globs, else the default checkout's siblings."""
+    if patterns is None:
+        if not checkout:
+            return []
+        real = os.path.realpath(checkout)
+        if os.path.basename(os.path.dirname(real)) != "releases":
+            return []
+        patterns = [os.path.join(os.path.dirname(real), "*")]
+    current = os.path.realpath(checkout) if checkout else None
+    found = []
+    for pattern in patterns:
+        for path in sorted(glob.glob(pattern)) or []:
+            real = os.path.realpath(path)
+            if os.path.isdir(real) and real != current and real not in found:
+                found.append(real)
+    return found
+
+
+def _commit_lookup(module, dirs, derived):
+    """``lookup(version)`` over the specs of ``dirs``, loading them once and only when first asked."""
+    cache = {}
+
+    def lookup(version):
+        if "commits" not in cache:
+            catalogs = []
+            for path in dirs:
+                try:
+                    catalogs.append(load_checkout(path))
+                except SpecError as exc:
+                    module.warn(f"cannot read the specs of {path} to date a candidate's kernel cache: {exc}")
+            cache["commits"] = release_commits(catalogs, derived, iter_specs)
+        return cache["commits"].get(str(version))
+
+    return lookup
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             root=dict(type="path", required=True),
             search_roots=dict(type="list", elements="path", default=[]),
             sizes=dict(type="bool", default=False),
+            release_dirs=dict(type="list", elements="path"),
+            kernel_isolation=dict(type="bool", default=True),
             **SPEC_SOURCE_OPTIONS,
         ),
         required_together=[("model", "device")],
@@ -301,9 +392,11 @@ def main():
         root = os.path.normpath(check_path_text(params["root"], "root"))
         roots = expand_roots([root, *params["search_roots"]])
         derived = None
+        checkout = None
         if params["model"]:
+            checkout = default_checkout(params["tt_inference_server_dir"], params["spec_file"])
             catalog = load_catalog(
-                tt_inference_server_dir=default_checkout(params["tt_inference_server_dir"], params["spec_file"]),
+                tt_inference_server_dir=checkout,
                 spec_file=params["spec_file"],
                 python=params["python"],
             )
@@ -322,7 +415,18 @@ def main():
         if derived is not None:
             expected = expected_volume(root, derived, volumes, sizes=params["sizes"])
             result["expected"] = expected
-            result["candidates"] = select_candidates(volumes, derived, expected)
+            candidates = select_candidates(volumes, derived, expected)
+            if candidates and expected["type"] == "absent":
+                lookup = _commit_lookup(module, _other_releases(params["release_dirs"], checkout), derived)
+            else:
+                lookup = None
+            result["candidates"] = annotate_candidates(
+                candidates, derived, root, lookup=lookup, isolate=params["kernel_isolation"]
+            )
+            if candidates and expected["type"] == "absent" and candidates[0]["reuse"] == "symlink":
+                best = candidates[0]
+                if best["kernels"] != "same" and not best["same_filesystem"] and params["kernel_isolation"]:
+                    warnings.append(f"{expected['path']}: {best['reuse_reason']}")
             result["spec"] = derived
     except (SpecError, VolumeError) as exc:
         module.fail_json(msg=str(exc))

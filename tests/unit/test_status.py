@@ -9,6 +9,7 @@ import threading
 import pytest
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _status
+from ansible_collections.ttfleet.inference.plugins.module_utils._reuse import apply_hardlink, plan_hardlink
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -123,6 +124,19 @@ def test_describe_expected_alias_and_directory(tmp_path):
     assert direct["type"] == "directory" and not direct["is_alias"]
     absent = _status.describe_expected(str(tmp_path / "nope"), "Qwen3-32B")
     assert absent["type"] == "absent" and not absent["exists"]
+
+
+def test_describe_expected_names_the_volume_a_hardlinked_directory_shares_weights_with(tmp_path):
+    old = tmp_path / "volume_id_tt_transformers-Qwen3-32B-v0.14.0"
+    _volume(str(old))
+    new = tmp_path / "volume_id_tt_transformers-Qwen3-32B-v0.17.0"
+    apply_hardlink(plan_hardlink(str(new), str(old), tt_metal_commit="b204341"))
+    info = _status.describe_expected(str(new), "Qwen3-32B")
+    assert info["type"] == "directory" and not info["is_alias"]
+    assert info["weights_from"] == str(old) and info["tt_metal_commit"] == "b204341"
+    assert info["weights"]["usable"] and info["kernel_cache_meshes"] == []
+    row = {"host": "qb2", "reachable": True, "instances": [{"instance": "q", "volume": info}]}
+    assert _status.status_lines([row])[1].endswith(f"{new.name} (weights of {old.name})")
 
 
 def test_host_report_marks_unhealthy(tmp_path, server):

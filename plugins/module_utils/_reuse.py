@@ -1,0 +1,365 @@
+# Copyright (c) ttfleet.inference contributors
+# SPDX-License-Identifier: Apache-2.0
+"""Reusing a volume of another model version without sharing its kernel cache.
+
+Private to the collection. A volume of an earlier model version holds weights the new version can reuse, but its
+``tt_metal_cache`` was compiled by the ``tt_metal_commit`` of the release that made it. An alias (a symlink) would
+make both releases read and write one kernel cache; when the commits differ, the expected volume is instead made a
+directory of its own whose weights are hardlinks of the old volume's (zero bytes copied) and whose kernel cache
+starts empty (compiled on the first start, or deployed from a kernel cache store).
+
+``annotate_candidates`` works out which commit each candidate was made for and how to reuse it;
+``plan_hardlink``/``apply_hardlink`` build the new directory, planning first so that check mode writes nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import stat
+import time
+
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels import MARKER_PREFIX
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import (
+    ASIDE_INFIX,
+    TEMP_PREFIX,
+    VolumeError,
+    check_path_text,
+    check_source_root,
+)
+
+RECORD_NAME = ".ttfleet-volume.json"
+RECORD_SCHEMA = 1
+# Per-release state under a volume that a new volume must not inherit: the kernel cache, logs, and the symlink
+# map the container recreates on every start.
+NOT_SHARED = ("tt_metal_cache", "logs", "model_file_symlinks_map")
+_STAGING_PREFIXES = (".ttfleet-staging", TEMP_PREFIX)
+_RECORD_MAX_BYTES = 1 << 16
+
+
+def _read_json(path):
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _RECORD_MAX_BYTES:
+            return None
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def read_record(volume_path):
+    """The record a hardlinked volume carries (``.ttfleet-volume.json``), or None."""
+    data = _read_json(os.path.join(volume_path, RECORD_NAME))
+    if data is None or data.get("schema") != RECORD_SCHEMA:
+        return None
+    return data
+
+
+def same_commit(one, other):
+    """Whether two commit SHAs name the same commit; a short SHA (7+ hex digits) matches its full form."""
+    if not one or not other:
+        return False
+    one, other = str(one).lower(), str(other).lower()
+    shorter = min(len(one), len(other))
+    return shorter >= 7 and one[:shorter] == other[:shorter]
+
+
+def recorded_commit(volume_path, model_name, mesh):
+    """``(tt_metal_commit, evidence)`` the volume's own files record, else ``(None, None)``.
+
+    Evidence, in order: the record of a volume this module made, then the marker a kernel cache deploy or harvest
+    wrote for the mesh (any mesh when that one has none).
+    """
+    record = read_record(volume_path)
+    if record and record.get("tt_metal_commit"):
+        return record["tt_metal_commit"], f"{os.path.join(volume_path, RECORD_NAME)}"
+    cache_dir = os.path.join(volume_path, "tt_metal_cache", f"cache_{model_name}")
+    names = [f"{MARKER_PREFIX}{mesh}.json"] if mesh else []
+    with contextlib.suppress(OSError):
+        names += sorted(
+            name for name in os.listdir(cache_dir) if name.startswith(MARKER_PREFIX) and name.endswith(".json")
+        )
+    for name in names:
+        marker = _read_json(os.path.join(cache_dir, name))
+        key = (marker or {}).get("key")
+        if isinstance(key, dict) and key.get("tt_metal_commit"):
+            return key["tt_metal_commit"], os.path.join(cache_dir, name)
+    return None, None
+
+
+def release_commits(catalogs, derived, iter_specs):
+    """``{version: (tt_metal_commit, release)}`` of the model on the expected device in other releases' specs."""
+    found = {}
+    for catalog in catalogs:
+        release = str(catalog.get("release_version") or "")
+        release = (release if release.startswith("v") else f"v{release}") if release else catalog.get("path")
+        for spec in iter_specs(catalog):
+            impl = spec.get("impl") or {}
+            if (
+                spec.get("model_name") != derived["model_name"]
+                or impl.get("impl_id") != derived["impl_id"]
+                or str(spec.get("device_type", "")).upper() != derived["device_type"]
+                or not spec.get("tt_metal_commit")
+            ):
+                continue
+            found.setdefault(str(spec.get("version")), (spec["tt_metal_commit"], f"the spec of release {release}"))
+    return found
+
+
+def _device_of(path):
+    try:
+        return os.stat(path).st_dev
+    except OSError:
+        return None
+
+
+def annotate_candidates(candidates, derived, root, lookup=None, isolate=True):
+    """Add to each candidate the commit its kernel cache was made for and how the expected volume reuses it.
+
+    Keys added: ``tt_metal_commit`` and ``tt_metal_commit_from`` (evidence, or None when unknown), ``kernels``
+    (``same``, ``other`` or ``unknown`` against the expected spec's commit), ``same_filesystem`` (as ``root``),
+    ``reuse`` (``symlink``: alias the volume, kernel cache included; ``hardlink``: a new directory with the weights
+    hardlinked and a kernel cache of its own) and ``reuse_reason``. ``lookup(version)`` returns
+    ``(commit, evidence)`` from other releases' specs, or None; it is only called when the volume records nothing.
+
+    A build label (a factory ``-vqb2_launch`` volume) whose commit is unknown is aliased: it was made for the image
+    it shipped with. A version pin whose commit is unknown is not: version pins of a model move with its commits.
+    """
+    target = derived.get("tt_metal_commit")
+    root_device = _device_of(root)
+    for candidate in candidates:
+        commit, evidence = recorded_commit(candidate["path"], derived["model_name"], derived.get("mesh"))
+        if commit is None and lookup is not None and candidate.get("version"):
+            found = lookup(candidate["version"])
+            if found:
+                commit, evidence = found
+        candidate["tt_metal_commit"] = commit
+        candidate["tt_metal_commit_from"] = evidence
+        if commit and target:
+            candidate["kernels"] = "same" if same_commit(commit, target) else "other"
+        else:
+            candidate["kernels"] = "unknown"
+        candidate["same_filesystem"] = root_device is not None and _device_of(candidate["path"]) == root_device
+        name = candidate.get("name") or os.path.basename(candidate["path"])
+        if not isolate:
+            reuse, reason = "symlink", "kernel_isolation is off"
+        elif candidate["kernels"] == "same":
+            reuse, reason = "symlink", f"its kernel cache is for tt_metal_commit {commit} too ({evidence})"
+        elif candidate["kernels"] == "unknown" and not candidate.get("version"):
+            reuse, reason = "symlink", f"{name} is a build label made for the image it shipped with"
+        elif not candidate["same_filesystem"]:
+            reuse = "symlink"
+            reason = (
+                f"{name} is on another filesystem than {root}, so its weights cannot be hardlinked; the alias shares "
+                f"its kernel cache ({'tt_metal_commit ' + commit if commit else 'tt_metal_commit unknown'}) with "
+                f"tt_metal_commit {target}. Move the volume under {root} to get a kernel cache of its own"
+            )
+        elif candidate["kernels"] == "other":
+            reuse = "hardlink"
+            reason = f"its kernel cache is for tt_metal_commit {commit} ({evidence}), the spec wants {target}"
+        else:
+            reuse = "hardlink"
+            reason = f"nothing records which tt_metal_commit compiled its kernel cache; the spec wants {target}"
+        candidate["reuse"], candidate["reuse_reason"] = reuse, reason
+    return candidates
+
+
+# ---------------------------------------------------------------------------
+# A new volume with hardlinked weights
+
+
+def _walk_shared(src):
+    """``(relative path, lstat)`` of everything under ``src`` a new volume shares, parents before children."""
+    pending = [""]
+    while pending:
+        rel_dir = pending.pop()
+        with os.scandir(os.path.join(src, rel_dir) if rel_dir else src) as entries:
+            for entry in sorted(entries, key=lambda item: item.name):
+                if not rel_dir and entry.name in (*NOT_SHARED, RECORD_NAME):
+                    continue
+                if entry.name.startswith(_STAGING_PREFIXES):
+                    continue
+                rel = os.path.join(rel_dir, entry.name) if rel_dir else entry.name
+                st = entry.stat(follow_symlinks=False)
+                yield rel, st
+                if stat.S_ISDIR(st.st_mode):
+                    pending.append(rel)
+
+
+def _describe_existing(path, src_real):
+    """``(kind, record)`` of what is at ``path`` now."""
+    try:
+        lst = os.lstat(path)
+    except FileNotFoundError:
+        return "absent", None
+    if stat.S_ISLNK(lst.st_mode):
+        return "link", None
+    if stat.S_ISDIR(lst.st_mode):
+        record = read_record(path)
+        if record and record.get("weights_from") == src_real:
+            return "made", record
+        return "directory", record
+    return "file" if stat.S_ISREG(lst.st_mode) else "other", None
+
+
+def plan_hardlink(path, src, tt_metal_commit=None, force=False, allowed_roots=None, now=None):
+    """How to make ``path`` a new volume whose files are hardlinks of ``src``'s, minus its per-release state.
+
+    Returns a plan for ``apply_hardlink``: action none (``path`` is already such a volume of ``src``), create or
+    move_aside (``force`` and something else at ``path``), files, bytes (shared, not copied), and a diff.
+    """
+    check_path_text(path, "path")
+    check_path_text(src, "src")
+    path, src = os.path.normpath(path), os.path.normpath(src)
+    parent = os.path.dirname(path)
+    if not os.path.isdir(parent):
+        raise VolumeError(f"the directory {parent} that should hold volume {path} does not exist; create it first")
+    if not os.path.isdir(src):
+        raise VolumeError(f"source {src} for volume {path} is not a directory; point src at an existing volume")
+    src_real = check_source_root(src, allowed_roots)
+    parent_real = os.path.realpath(parent)
+    node = os.path.join(parent_real, os.path.basename(path))
+    if os.path.commonpath([node, src_real]) in (node, src_real):
+        raise VolumeError(f"volume {path} and its source {src} overlap; point src at another volume directory")
+    if os.stat(src_real).st_dev != os.stat(parent_real).st_dev:
+        raise VolumeError(
+            f"{src} and {parent} are on different filesystems, so the weights cannot be hardlinked into {path}; "
+            "use link: symlink, or move the source volume onto the filesystem of the volume root"
+        )
+    kind, _record = _describe_existing(path, src_real)
+    moved_aside = None
+    if kind == "made":
+        action = "none"
+    elif kind == "absent":
+        action = "create"
+    elif not force:
+        raise VolumeError(
+            f"{path} is already a {kind}; refusing to replace it with a volume hardlinked from {src}. Move it away "
+            f"yourself, or set force: true to rename it aside (to {path}{ASIDE_INFIX}<UTC timestamp>)"
+        )
+    else:
+        action = "move_aside"
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
+        moved_aside = f"{path}{ASIDE_INFIX}{stamp}"
+        counter = 1
+        while os.path.lexists(moved_aside):
+            moved_aside = f"{path}{ASIDE_INFIX}{stamp}-{counter}"
+            counter += 1
+    files = size = 0
+    if action != "none":
+        for _rel, st in _walk_shared(src_real):
+            if stat.S_ISREG(st.st_mode):
+                files += 1
+                size += st.st_size
+    after = (
+        f"<directory: {files} files ({size} bytes) hardlinked from {src_real}, "
+        f"an empty tt_metal_cache for tt_metal_commit {tt_metal_commit or 'unknown'}>"
+    )
+    if kind == "absent":
+        before = "absent"
+    elif kind == "made":
+        before = f"<directory hardlinked from {src_real}>"
+    else:
+        before = f"<{kind}>"
+    return {
+        "path": path,
+        "src": src,
+        "src_real": src_real,
+        "tt_metal_commit": tt_metal_commit,
+        "target": None,
+        "previous_target": None,
+        "action": action,
+        "changed": action != "none",
+        "previous_state": "directory" if kind == "made" else kind,
+        "moved_aside": moved_aside,
+        "files": files,
+        "bytes": size,
+        "diff": {
+            "before_header": path,
+            "after_header": path,
+            "before": f"{before}\n",
+            "after": f"{before if action == 'none' else after}\n",
+        },
+    }
+
+
+def _copy_owner_mode(st, path, follow=True):
+    os.chown(path, st.st_uid, st.st_gid, follow_symlinks=follow)
+    if follow:
+        os.chmod(path, stat.S_IMODE(st.st_mode))
+
+
+def _build(temp, src_real, tt_metal_commit, now):
+    root_st = os.stat(src_real)
+    os.mkdir(temp, 0o700)
+    for rel, st in _walk_shared(src_real):
+        source, target = os.path.join(src_real, rel), os.path.join(temp, rel)
+        if stat.S_ISDIR(st.st_mode):
+            os.mkdir(target, 0o700)
+            _copy_owner_mode(st, target)
+        elif stat.S_ISREG(st.st_mode):
+            os.link(source, target, follow_symlinks=False)
+        elif stat.S_ISLNK(st.st_mode):
+            os.symlink(os.readlink(source), target)
+            _copy_owner_mode(st, target, follow=False)
+    cache = os.path.join(temp, "tt_metal_cache")
+    os.mkdir(cache, 0o700)
+    try:
+        cache_st = os.stat(os.path.join(src_real, "tt_metal_cache"))
+    except OSError:
+        cache_st = root_st
+    _copy_owner_mode(cache_st, cache)
+    record = {
+        "schema": RECORD_SCHEMA,
+        "weights_from": src_real,
+        "tt_metal_commit": tt_metal_commit,
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
+    }
+    record_path = os.path.join(temp, RECORD_NAME)
+    with open(record_path, "w", encoding="utf-8") as handle:
+        json.dump(record, handle, indent=2, sort_keys=True)
+        handle.write("\n")
+    os.chmod(record_path, 0o644)
+    _copy_owner_mode(root_st, temp)
+
+
+def apply_hardlink(plan, now=None):
+    """Build the volume of a plan from ``plan_hardlink`` under a temporary name, then rename it into place."""
+    if plan["action"] == "none":
+        return plan
+    path = plan["path"]
+    parent = os.path.dirname(path)
+    kind, _record = _describe_existing(path, plan["src_real"])
+    if kind != plan["previous_state"]:
+        raise VolumeError(f"{path} changed while planning (was {plan['previous_state']}, now {kind}); run again")
+    temp = os.path.join(parent, f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}")
+    try:
+        _build(temp, plan["src_real"], plan["tt_metal_commit"], time.time() if now is None else now)
+        if plan["action"] == "move_aside":
+            if os.path.lexists(plan["moved_aside"]):
+                raise VolumeError(f"{plan['moved_aside']} appeared while planning; run again")
+            os.rename(path, plan["moved_aside"])
+        if os.path.lexists(path):
+            raise VolumeError(f"{path} appeared while the volume was built; nothing was replaced, run again")
+        os.rename(temp, path)
+    except OSError as exc:
+        raise VolumeError(
+            f"cannot build {path} from hardlinks of {plan['src_real']}: {exc.strerror or exc} "
+            f"({exc.filename or ''}); nothing of the source was changed"
+        ) from None
+    finally:
+        # Only hardlinks and directories of our own are in it: removing them leaves the source intact.
+        if os.path.lexists(temp):
+            shutil.rmtree(temp, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    return plan
