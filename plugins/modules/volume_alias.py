@@ -19,10 +19,10 @@ description:
     the entry is renamed aside with a UTC timestamp suffix and returned as RV(moved_aside).
   - With O(link=hardlink), O(path) becomes a new directory instead, whose files are hardlinks of the files of O(src)
     (zero bytes copied), except the per-release state C(tt_metal_cache/), C(logs/) and C(model_file_symlinks_map/),
-    and whose C(tt_metal_cache/) starts empty. For a model version whose C(tt_metal_commit) differs from the one that
-    compiled O(src)'s kernel cache, so that both versions share their weights and keep their kernels apart. The directory is
-    built under a temporary name and renamed into place; a record C(.ttfleet-volume.json) in it names O(src) and
-    O(tt_metal_commit).
+    and whose C(tt_metal_cache/) starts empty. It serves a model version whose C(tt_metal_commit) differs from the one
+    that compiled O(src)'s kernel cache, so that both versions share their weights and keep their kernels apart. The
+    directory is built under a temporary name and renamed into place; a record C(.ttfleet-volume.json) in it names
+    O(src) and O(tt_metal_commit).
   - O(state=absent) removes O(path) only if it is a symlink.
   - Paths holding NUL or control characters are rejected before the filesystem is touched.
 extends_documentation_fragment:
