@@ -127,6 +127,8 @@ def annotate_candidates(candidates, derived, root, lookup=None, isolate=True):
     hardlinked and a kernel cache of its own) and ``reuse_reason``. ``lookup(version)`` returns
     ``(commit, evidence)`` from other releases' specs, or None; it is only called when the volume records nothing.
 
+    Candidates of the spec's commit come first, in their order, then the others in theirs.
+
     A build label (a factory ``-vqb2_launch`` volume) whose commit is unknown is aliased: it was made for the image
     it shipped with. A version pin whose commit is unknown is not: version pins of a model move with its commits.
     """
@@ -166,7 +168,8 @@ def annotate_candidates(candidates, derived, root, lookup=None, isolate=True):
             reuse = "hardlink"
             reason = f"nothing records which tt_metal_commit compiled its kernel cache; the spec wants {target}"
         candidate["reuse"], candidate["reuse_reason"] = reuse, reason
-    return candidates
+    # A volume of the same commit first (its kernel cache is warm and valid); otherwise the order stays.
+    return sorted(candidates, key=lambda candidate: candidate["kernels"] != "same")
 
 
 # ---------------------------------------------------------------------------

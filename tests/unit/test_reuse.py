@@ -237,3 +237,14 @@ def test_volume_facts_consults_the_releases_kept_beside_the_current_one(tmp_path
     assert volume_facts._other_releases(None, None) == []
     named = volume_facts._other_releases([str(releases / "*")], str(releases / "v0.18.0"))
     assert named == [str(releases / "v0.16.0"), str(releases / "v0.20.0")]
+
+
+def test_a_volume_of_the_same_commit_goes_first(tmp_path):
+    _volume(tmp_path, OLD)
+    _volume(tmp_path, f"volume_id_tt_transformers-{LLAMA}-v0.18.0", cache_mesh=None)
+    derived = _derived(root=tmp_path)
+    commits = {"0.17.0": ("8c48a10", "v0.18.0"), "0.18.0": (derived["tt_metal_commit"], "v0.19.0")}
+    _expected, candidates = _candidates(tmp_path, derived, lookup=commits.get)
+    # Without isolation the cached -v0.17.0 would win; its kernels are of another commit, -v0.18.0's are not.
+    assert [c["version"] for c in candidates] == ["0.18.0", "0.17.0"]
+    assert candidates[0]["reuse"] == "symlink" and candidates[1]["reuse"] == "hardlink"
