@@ -27,9 +27,15 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import 
     ASIDE_INFIX,
     TEMP_PREFIX,
     VolumeError,
+    _aside_name,
+    _diff,
+    _fsync_dir,
+    _lstat_kind,
+    _within,
     check_path_text,
     check_source_root,
 )
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights import read_json
 
 RECORD_NAME = ".ttfleet-volume.json"
 RECORD_SCHEMA = 1
@@ -41,14 +47,7 @@ _RECORD_MAX_BYTES = 1 << 16
 
 
 def _read_json(path):
-    try:
-        st = os.lstat(path)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > _RECORD_MAX_BYTES:
-            return None
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
-        return None
+    data = read_json(path, limit=_RECORD_MAX_BYTES)
     return data if isinstance(data, dict) else None
 
 
@@ -77,14 +76,13 @@ def recorded_commit(volume_path, model_name, mesh):
     """
     record = read_record(volume_path)
     if record and record.get("tt_metal_commit"):
-        return record["tt_metal_commit"], f"{os.path.join(volume_path, RECORD_NAME)}"
+        return record["tt_metal_commit"], os.path.join(volume_path, RECORD_NAME)
     cache_dir = os.path.join(volume_path, "tt_metal_cache", f"cache_{model_name}")
-    names = [f"{MARKER_PREFIX}{mesh}.json"] if mesh else []
+    names = []
     with contextlib.suppress(OSError):
-        names += sorted(
-            name for name in os.listdir(cache_dir) if name.startswith(MARKER_PREFIX) and name.endswith(".json")
-        )
-    for name in names:
+        names = [name for name in os.listdir(cache_dir) if name.startswith(MARKER_PREFIX) and name.endswith(".json")]
+    # The expected mesh's marker first, then the others by name.
+    for name in sorted(names, key=lambda name: (name != f"{MARKER_PREFIX}{mesh}.json", name)):
         marker = _read_json(os.path.join(cache_dir, name))
         key = (marker or {}).get("key")
         if isinstance(key, dict) and key.get("tt_metal_commit"):
@@ -194,20 +192,12 @@ def _walk_shared(src):
                     pending.append(rel)
 
 
-def _describe_existing(path, src_real):
-    """``(kind, record)`` of what is at ``path`` now."""
-    try:
-        lst = os.lstat(path)
-    except FileNotFoundError:
-        return "absent", None
-    if stat.S_ISLNK(lst.st_mode):
-        return "link", None
-    if stat.S_ISDIR(lst.st_mode):
-        record = read_record(path)
-        if record and record.get("weights_from") == src_real:
-            return "made", record
-        return "directory", record
-    return "file" if stat.S_ISREG(lst.st_mode) else "other", None
+def _existing_kind(path, src_real):
+    """What is at ``path``: absent, link, directory, file, other, or ``made`` (a volume hardlinked from src)."""
+    kind = _lstat_kind(path)
+    if kind == "directory" and (read_record(path) or {}).get("weights_from") == src_real:
+        return "made"
+    return kind
 
 
 def plan_hardlink(path, src, tt_metal_commit=None, force=False, allowed_roots=None, now=None):
@@ -227,14 +217,14 @@ def plan_hardlink(path, src, tt_metal_commit=None, force=False, allowed_roots=No
     src_real = check_source_root(src, allowed_roots)
     parent_real = os.path.realpath(parent)
     node = os.path.join(parent_real, os.path.basename(path))
-    if os.path.commonpath([node, src_real]) in (node, src_real):
+    if _within(node, src_real) or _within(src_real, node):
         raise VolumeError(f"volume {path} and its source {src} overlap; point src at another volume directory")
     if os.stat(src_real).st_dev != os.stat(parent_real).st_dev:
         raise VolumeError(
             f"{src} and {parent} are on different filesystems, so the weights cannot be hardlinked into {path}; "
             "use link: symlink, or move the source volume onto the filesystem of the volume root"
         )
-    kind, _record = _describe_existing(path, src_real)
+    kind = _existing_kind(path, src_real)
     moved_aside = None
     if kind == "made":
         action = "none"
@@ -247,12 +237,7 @@ def plan_hardlink(path, src, tt_metal_commit=None, force=False, allowed_roots=No
         )
     else:
         action = "move_aside"
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
-        moved_aside = f"{path}{ASIDE_INFIX}{stamp}"
-        counter = 1
-        while os.path.lexists(moved_aside):
-            moved_aside = f"{path}{ASIDE_INFIX}{stamp}-{counter}"
-            counter += 1
+        moved_aside = _aside_name(path, time.time() if now is None else now)
     files = size = 0
     if action != "none":
         for _rel, st in _walk_shared(src_real):
@@ -282,12 +267,7 @@ def plan_hardlink(path, src, tt_metal_commit=None, force=False, allowed_roots=No
         "moved_aside": moved_aside,
         "files": files,
         "bytes": size,
-        "diff": {
-            "before_header": path,
-            "after_header": path,
-            "before": f"{before}\n",
-            "after": f"{before if action == 'none' else after}\n",
-        },
+        "diff": _diff(path, before, before if action == "none" else after),
     }
 
 
@@ -337,7 +317,7 @@ def apply_hardlink(plan, now=None):
         return plan
     path = plan["path"]
     parent = os.path.dirname(path)
-    kind, _record = _describe_existing(path, plan["src_real"])
+    kind = _existing_kind(path, plan["src_real"])
     if kind != plan["previous_state"]:
         raise VolumeError(f"{path} changed while planning (was {plan['previous_state']}, now {kind}); run again")
     temp = os.path.join(parent, f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}")
@@ -359,10 +339,5 @@ def apply_hardlink(plan, now=None):
         # Only hardlinks and directories of our own are in it: removing them leaves the source intact.
         if os.path.lexists(temp):
             shutil.rmtree(temp, ignore_errors=True)
-    with contextlib.suppress(OSError):
-        fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    _fsync_dir(parent)
     return plan

@@ -348,7 +348,7 @@ def _other_releases(patterns, checkout):
     current = os.path.realpath(checkout) if checkout else None
     found = []
     for pattern in patterns:
-        for path in sorted(glob.glob(pattern)) or []:
+        for path in sorted(glob.glob(pattern)):
             real = os.path.realpath(path)
             if os.path.isdir(real) and real != current and real not in found:
                 found.append(real)
@@ -420,9 +420,10 @@ def main():
                 lookup = _commit_lookup(module, _other_releases(params["release_dirs"], checkout), derived)
             else:
                 lookup = None
-            result["candidates"] = annotate_candidates(
+            candidates = annotate_candidates(
                 candidates, derived, root, lookup=lookup, isolate=params["kernel_isolation"]
             )
+            result["candidates"] = candidates
             if candidates and expected["type"] == "absent" and candidates[0]["reuse"] == "symlink":
                 best = candidates[0]
                 if best["kernels"] != "same" and not best["same_filesystem"] and params["kernel_isolation"]:
