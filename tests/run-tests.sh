@@ -39,7 +39,7 @@ lint() {
   ansible-lint --offline --nocolor
   antsibull-changelog lint
   # Security lint of the shipped Python; accepted findings carry `# nosec <id>` with the reason beside them.
-  bandit -q -r plugins
+  bandit -q -c pyproject.toml -r plugins
 }
 
 unit() {

@@ -24,6 +24,9 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import hide_userinfo
+from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import human_bytes
+
 display = Display()
 
 INTERVAL_VAR = "ttfleet_progress_interval"
@@ -44,15 +47,6 @@ _JOB_KEYS = (
     "stdout_lines",
     "stderr_lines",
 )
-
-
-def human_bytes(count):
-    value = float(count or 0)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024:
-            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"
 
 
 def human_duration(seconds):
@@ -111,6 +105,17 @@ def progress_line(host, status, elapsed, show_file=True, what="model_weights"):
     return line
 
 
+def refuse_url_credentials(args):
+    """Fail on the controller, before the module runs (and its arguments reach the host's log), when the S3
+    endpoint carries credentials."""
+    endpoint = args.get("s3_endpoint")
+    if isinstance(endpoint, str) and hide_userinfo(endpoint) != endpoint:
+        raise AnsibleActionFail(
+            f"s3_endpoint {hide_userinfo(endpoint)!r} carries credentials (user:password@ in the URL); set "
+            "s3_access_key and s3_secret_key instead and keep them in a vault"
+        )
+
+
 def job_result(data):
     """The module's result from an async_status answer, without the job's bookkeeping keys."""
     return {key: value for key, value in data.items() if key not in _JOB_KEYS}
@@ -130,6 +135,7 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         del tmp
         task_vars = task_vars or {}
+        refuse_url_credentials(self._task.args)
         if self._task.async_val or self._play_context.check_mode or self._runs_sync(self._task.args):
             wrap = bool(self._task.async_val) and not self._connection.has_native_async
             result.update(self._execute_module(task_vars=task_vars, wrap_async=wrap))

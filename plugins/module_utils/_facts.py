@@ -21,6 +21,8 @@ import re
 import socket
 import subprocess
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import nearest_existing
+
 DEFAULT_VOLUME_ROOT = "/var/lib/tt-cache"
 DEFAULT_DOCKER_SOCKET = "/var/run/docker.sock"
 TT_SMI_DIRS = ("/opt/tenstorrent/venv/bin", "/usr/local/bin")
@@ -146,7 +148,8 @@ def _last_line(text):
 def run_tt_smi(executable, timeout=30):
     """Run ``tt-smi -s`` and return its snapshot; raises TtSmiError with the reason."""
     try:
-        proc = subprocess.run(
+        # Accepted bandit B603: a fixed argv: the tt-smi path the operator set, and -s.
+        proc = subprocess.run(  # nosec B603
             [executable, "-s"],
             stdin=subprocess.DEVNULL,
             capture_output=True,
@@ -402,17 +405,6 @@ def memory(root="/"):
         return round(kb / (1024 * 1024), 2) if kb is not None else None
 
     return gib(values.get("MemTotal")), gib(values.get("MemAvailable"))
-
-
-def nearest_existing(path):
-    """``path`` or its nearest existing parent directory."""
-    current = os.path.normpath(path)
-    while not os.path.isdir(current):
-        parent = os.path.dirname(current)
-        if parent == current:
-            break
-        current = parent
-    return current
 
 
 def disk(volume_root):

@@ -11,6 +11,11 @@ is written last: an entry without one is incomplete and never read.
 A marker ``cache_<model_name>/.ttfleet-kernels-<mesh>.json`` beside the cache records the key of a cache this
 code deployed or harvested, so that a cache built by one tt_metal_commit is never mixed with another.
 
+``tt_metal_cache/`` and everything below it belong to the container UID, which is often a login user: every path
+there is hostile. All of it goes through module_utils._safefile, relative to directory descriptors: no link is
+followed, no special file is opened, new names are random and created exclusively, ownership is set on
+descriptors.
+
 Pure standard library; the host needs the ``zstd`` program (Python 3.11 has no zstd module).
 """
 
@@ -18,12 +23,15 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import functools
 import hashlib
 import json
 import os
 import re
+import secrets
 import shutil
 import socket
+import stat
 import subprocess
 import tarfile
 import threading
@@ -33,7 +41,31 @@ import urllib.parse
 
 from ansible.module_utils.urls import open_url
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Error
+from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import DEFAULT_PART_SIZE, MAX_PARTS, S3Error
+from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
+    TEMP_PREFIX,
+    SafeFileError,
+    create_temp,
+    free_bytes,
+    human_bytes,
+    kind_of,
+    make_path,
+    makedirs,
+    open_dir,
+    open_file,
+    open_nearest,
+    open_relative,
+    open_subdir,
+    opened_dir,
+    read_bytes,
+    read_json,
+    remove_tree,
+    rename,
+    set_attrs,
+    unlink,
+    walk,
+    write_atomic,
+)
 from ansible_collections.ttfleet.inference.plugins.module_utils._spec import tt_metal_cache_subdir
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights import Progress
 
@@ -42,7 +74,6 @@ ARCHIVE_NAME = "kernels.tar.zst"
 SHA_NAME = ARCHIVE_NAME + ".sha256"
 MANIFEST_NAME = "manifest.json"
 MARKER_PREFIX = ".ttfleet-kernels-"
-TEMP_PREFIX = ".ttfleet-tmp-"
 ASIDE_INFIX = ".ttfleet-aside-"
 SCHEMA = 1
 KIND = "ttfleet.kernel_cache"
@@ -71,6 +102,30 @@ _HEX64_RE = re.compile(r"^[0-9a-f]{64}$")
 
 class KernelError(Exception):
     """A request that cannot be carried out; the message says what, which input and how to fix it."""
+
+
+LEFT_ALONE = (
+    "move it away; root-run code never follows a link, opens a special file or reads outside the volume because of "
+    "what a user placed in it"
+)
+
+
+def _refusal(exc, fix=LEFT_ALONE):
+    """The KernelError of a path that module_utils._safefile refused, naming the path and the fix."""
+    return KernelError(f"{exc.path} {exc.reason}. Fix: {fix}")
+
+
+def _refusing(func):
+    """Any SafeFileError not turned into a more specific KernelError on the way becomes one naming the path."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except SafeFileError as exc:
+            raise _refusal(exc) from None
+
+    return wrapper
 
 
 # ---------------------------------------------------------------------------
@@ -113,8 +168,64 @@ def cache_path(volume, key):
     return os.path.join(volume, tt_metal_cache_subdir(key["model_name"], key["mesh"]))
 
 
+def cache_parent(volume, key):
+    """``<volume>/tt_metal_cache/cache_<model_name>``: the directory holding the caches of all meshes and markers."""
+    return os.path.join(volume, "tt_metal_cache", f"cache_{key['model_name']}")
+
+
+def marker_name(key):
+    return f"{MARKER_PREFIX}{key['mesh']}.json"
+
+
 def marker_path(volume, key):
-    return os.path.join(volume, "tt_metal_cache", f"cache_{key['model_name']}", f"{MARKER_PREFIX}{key['mesh']}.json")
+    return os.path.join(cache_parent(volume, key), marker_name(key))
+
+
+def _free_space(path):
+    """``(existing, bytes)``: free bytes on the filesystem of ``path`` or of its nearest existing directory."""
+    fd, existing, _missing = open_nearest(path)
+    try:
+        return existing, free_bytes(fd)
+    finally:
+        os.close(fd)
+
+
+def _open_parent(volume, key, create=False, owner=None):
+    """A descriptor of ``cache_<model_name>`` of the volume; None when it does not exist and ``create`` is off.
+
+    Created, a missing volume is root-owned (the volume itself is never given to the container UID) while
+    ``tt_metal_cache`` and ``cache_<model_name>`` get ``owner``: the server writes its kernels there."""
+    path = cache_parent(volume, key)
+    try:
+        if not create:
+            return open_dir(path)
+        os.close(make_path(volume))
+        return make_path(path, owner=owner)
+    except FileNotFoundError:
+        if create:
+            raise
+        return None
+    except SafeFileError as exc:
+        raise _refusal(
+            exc, f"make {exc.path} a real directory; kernel caches never go through a link that a user can plant"
+        ) from None
+
+
+def _open_cache(parent_fd, name, path):
+    """A descriptor of the cache directory ``name`` in ``parent_fd`` (None when it is missing); anything but a
+    directory there, a link included, is refused."""
+    if parent_fd is None:
+        return None
+    try:
+        return open_subdir(parent_fd, name)
+    except FileNotFoundError:
+        return None
+    except SafeFileError:
+        kind = kind_of(os.lstat(name, dir_fd=parent_fd).st_mode)
+        raise KernelError(
+            f"{path} exists but is not a directory; move it away so the kernel cache can go there (it is a {kind}; "
+            "links are never followed)"
+        ) from None
 
 
 def key_mismatch(found, wanted):
@@ -147,41 +258,43 @@ def _matches(name, patterns):
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
 
 
-def scan_cache(path, temp_patterns=DEFAULT_TEMP_PATTERNS):
-    """Regular files and directories under ``path`` (symlinks are not followed).
+def _empty_scan():
+    return {"exists": False, "files": 0, "bytes": 0, "newest_mtime": None, "entries": [], "temp": [], "special": []}
+
+
+def scan_cache(target, temp_patterns=DEFAULT_TEMP_PATTERNS):
+    """Regular files and directories under ``target``, a directory descriptor or a path (links are not followed).
 
     Returns ``{"exists", "files", "bytes", "newest_mtime", "entries", "temp", "special"}`` where
     ``entries`` is a sorted list of ``(relpath, kind, size, mtime_ns, mode)`` and ``temp``/``special``
     list the relative paths of in-progress files and of anything that is neither a file nor a directory.
     """
-    result = {"exists": False, "files": 0, "bytes": 0, "newest_mtime": None, "entries": [], "temp": [], "special": []}
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return result
-    if not os.path.isdir(path):
-        raise KernelError(f"{path} exists but is not a directory; move it away so the kernel cache can go there")
+    if not isinstance(target, int):
+        try:
+            fd = open_dir(target)
+        except FileNotFoundError:
+            return _empty_scan()
+        try:
+            return scan_cache(fd, temp_patterns)
+        finally:
+            os.close(fd)
+    result = _empty_scan()
     result["exists"] = True
-    newest = st.st_mtime
-    stack = [""]
-    while stack:
-        rel_dir = stack.pop()
-        with os.scandir(os.path.join(path, rel_dir) if rel_dir else path) as entries:
-            for entry in entries:
-                rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
-                est = entry.stat(follow_symlinks=False)
-                newest = max(newest, est.st_mtime)
-                if _matches(entry.name, temp_patterns):
-                    result["temp"].append(rel)
-                if entry.is_dir(follow_symlinks=False):
-                    result["entries"].append((rel, "dir", 0, est.st_mtime_ns, est.st_mode & 0o777))
-                    stack.append(rel)
-                elif entry.is_file(follow_symlinks=False):
-                    result["entries"].append((rel, "file", est.st_size, est.st_mtime_ns, est.st_mode & 0o777))
-                    result["files"] += 1
-                    result["bytes"] += est.st_size
-                else:
-                    result["special"].append(rel)
+    newest = os.fstat(target).st_mtime
+    for rel_dir, _fd, entries in walk(target):
+        for name, est in entries:
+            rel = f"{rel_dir}/{name}" if rel_dir else name
+            newest = max(newest, est.st_mtime)
+            if _matches(name, temp_patterns):
+                result["temp"].append(rel)
+            if stat.S_ISDIR(est.st_mode):
+                result["entries"].append((rel, "dir", 0, est.st_mtime_ns, est.st_mode & 0o777))
+            elif stat.S_ISREG(est.st_mode):
+                result["entries"].append((rel, "file", est.st_size, est.st_mtime_ns, est.st_mode & 0o777))
+                result["files"] += 1
+                result["bytes"] += est.st_size
+            else:
+                result["special"].append(rel)
     result["entries"].sort()
     result["temp"].sort()
     result["special"].sort()
@@ -217,68 +330,19 @@ def completeness_problems(scan, path, quiet_seconds=0, now=None):
     return problems
 
 
-def read_json_file(path, limit=_MANIFEST_MAX):
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read(limit + 1)
-    except FileNotFoundError:
-        return None
-    if len(raw) > limit:
-        raise KernelError(f"{path} is larger than {limit} bytes; it is not a file this collection wrote")
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        raise KernelError(f"{path} is not valid JSON; remove it or restore it from the store") from None
-    if not isinstance(data, dict):
-        raise KernelError(f"{path} does not hold a JSON object; remove it or restore it from the store")
-    return data
-
-
-def atomic_write(path, data, mode=FILE_MODE, owner=None):
-    """Write bytes to ``path`` through a temporary file in the same directory and a rename."""
-    directory = os.path.dirname(path)
-    tmp = os.path.join(directory, f"{TEMP_PREFIX}{os.path.basename(path)}.{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        if owner is not None and os.geteuid() == 0:
-            os.chown(tmp, *owner)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def json_bytes(data):
     return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
 
 
-def free_bytes(path):
-    st = os.statvfs(path)
-    return st.f_bavail * st.f_frsize
-
-
-def nearest_existing(path):
-    while not os.path.exists(path):
-        parent = os.path.dirname(path)
-        if parent == path:
-            break
-        path = parent
-    return path
-
-
-def human_bytes(count):
-    value = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.1f} {unit}" if unit != "B" else f"{int(value)} B"
-        value /= 1024
-    return f"{value:.1f} TiB"
+def _json_object(raw, where, fix):
+    """The JSON object in ``raw`` (a manifest read from a store); KernelError naming ``where`` and ``fix``."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise KernelError(f"{where} is not JSON; {fix}") from None
+    if not isinstance(data, dict):
+        raise KernelError(f"{where} is not a JSON object; {fix}")
+    return data
 
 
 # ---------------------------------------------------------------------------
@@ -328,7 +392,10 @@ def parse_sha_file(text, where):
 
 
 class PathStore:
-    """A directory (local disk or an NFS share) holding ``<model>/<mesh>/<impl_id>/<tt_metal_commit>/<vllm>/``."""
+    """A directory (local disk or an NFS share) holding ``<model>/<mesh>/<impl_id>/<tt_metal_commit>/<vllm>/``.
+
+    Entries are opened with open_dir (a link is followed only in a root-only directory) and their files with
+    open_file: a link or special file in an entry is refused, never followed or opened."""
 
     kind = "path"
 
@@ -343,70 +410,123 @@ class PathStore:
     def entry_dir(self, key):
         return os.path.join(self.root, *entry_parts(key))
 
+    def _read(self, key, name, limit):
+        """Content of ``name`` in the entry of ``key``; None when the entry or the file is missing."""
+        entry = self.entry_dir(key)
+        try:
+            with opened_dir(entry) as fd:
+                return read_bytes(fd, name, limit, where=entry)
+        except FileNotFoundError:
+            return None
+        except SafeFileError as exc:
+            raise _refusal(exc, f"remove the store entry {entry} and harvest again") from None
+
     def read_manifest(self, key):
-        return read_json_file(os.path.join(self.entry_dir(key), MANIFEST_NAME))
+        raw = self._read(key, MANIFEST_NAME, _MANIFEST_MAX)
+        if raw is None:
+            return None
+        path = os.path.join(self.entry_dir(key), MANIFEST_NAME)
+        return _json_object(raw, path, "remove the store entry and harvest again")
 
     def read_sha(self, key):
         path = os.path.join(self.entry_dir(key), SHA_NAME)
-        try:
-            with open(path, encoding="ascii", errors="replace") as handle:
-                return parse_sha_file(handle.read(4096), path)
-        except FileNotFoundError:
-            raise KernelError(f"{path} is missing; remove the entry and harvest again") from None
+        raw = self._read(key, SHA_NAME, 4096)
+        if raw is None:
+            raise KernelError(f"{path} is missing; remove the entry and harvest again")
+        return parse_sha_file(raw.decode("ascii", "replace"), path)
 
     def open_archive(self, key):
-        return open(os.path.join(self.entry_dir(key), ARCHIVE_NAME), "rb")
+        entry = self.entry_dir(key)
+        try:
+            with opened_dir(entry) as dirfd:
+                fd, _st = open_file(dirfd, ARCHIVE_NAME, where=entry)
+        except FileNotFoundError:
+            raise KernelError(
+                f"{os.path.join(entry, ARCHIVE_NAME)} is missing; remove the entry and harvest again"
+            ) from None
+        except SafeFileError as exc:
+            raise _refusal(exc, f"remove the store entry {entry} and harvest again") from None
+        return os.fdopen(fd, "rb")
 
     def siblings(self, key):
         """Keys of complete entries for the same model, mesh and impl_id with other commits."""
         base = os.path.join(self.root, key["model_name"], key["mesh"], key["impl_id"])
         found = []
         try:
-            commits = sorted(os.listdir(base))
-        except OSError:
+            base_fd = open_dir(base)
+        except (OSError, SafeFileError):
             return found
-        for tmc in commits:
-            try:
-                vllms = sorted(os.listdir(os.path.join(base, tmc)))
-            except OSError:
-                continue
-            for vllm in vllms:
-                if os.path.isfile(os.path.join(base, tmc, vllm, MANIFEST_NAME)):
+        try:
+            # Entries sit two levels down (<tt_metal_commit>/<vllm>); links and unreadable parts are skipped.
+            for rel, _fd, entries in walk(base_fd, base, onerror=lambda _exc: None):
+                parts = rel.split("/")
+                if len(parts) == 2 and any(n == MANIFEST_NAME and stat.S_ISREG(st.st_mode) for n, st in entries):
+                    tmc, vllm = parts
                     found.append({**key, "tt_metal_commit": tmc, "vllm_commit": None if vllm == NO_VLLM else vllm})
+        finally:
+            os.close(base_fd)
         return [k for k in found if key_mismatch(k, key)]
 
     def writer(self, key):
         return _PathWriter(self, key)
 
 
-class _PathWriter:
-    """Writes an entry: archive and sha into temporary names, then renames, manifest last."""
+class _TempArchive:
+    """The archive being packed: a random O_EXCL temporary file in ``directory``, which is held by descriptor from
+    ``prepare`` to ``commit`` or ``abort``. Leftovers of an interrupted run (names starting with ``stale``) go
+    first."""
 
-    def __init__(self, store, key):
-        self.dir = store.entry_dir(key)
-        self.tmp_archive = os.path.join(self.dir, f"{TEMP_PREFIX}{ARCHIVE_NAME}.{os.getpid()}")
+    def __init__(self, directory, hint, stale, dir_mode=DIR_MODE):
+        self.directory = directory
+        self.hint = hint
+        self.stale = stale
+        self.dir_mode = dir_mode
+        self.dir_fd = self.fd = self.tmp = None
 
     def prepare(self):
-        os.makedirs(self.dir, mode=DIR_MODE, exist_ok=True)
-        for name in os.listdir(self.dir):
-            if name.startswith(TEMP_PREFIX):
-                os.unlink(os.path.join(self.dir, name))
-        return self.tmp_archive
+        """The descriptor to write the archive to."""
+        try:
+            self.dir_fd = make_path(self.directory, mode=self.dir_mode)
+            with os.scandir(self.dir_fd) as entries:
+                stale = [entry.name for entry in entries if entry.name.startswith(self.stale)]
+            for name in stale:
+                unlink(self.dir_fd, name)
+            self.fd, self.tmp = create_temp(self.dir_fd, self.hint, FILE_MODE)
+        except BaseException:
+            self.abort()
+            raise
+        return self.fd
 
-    def space_path(self):
-        return nearest_existing(self.dir)
+    def free_bytes(self):
+        return free_bytes(self.dir_fd)
+
+    def abort(self):
+        """Remove the temporary archive (if any) and close the descriptors; safe to call more than once."""
+        if self.tmp is not None:
+            with contextlib.suppress(OSError):
+                unlink(self.dir_fd, self.tmp)
+            self.tmp = None
+        for fd in (self.fd, self.dir_fd):
+            if fd is not None:
+                os.close(fd)
+        self.fd = self.dir_fd = None
+
+
+class _PathWriter(_TempArchive):
+    """Writes an entry: the archive into a temporary name renamed into place, then the sha, the manifest last."""
+
+    def __init__(self, store, key):
+        super().__init__(store.entry_dir(key), ARCHIVE_NAME, TEMP_PREFIX)
 
     def commit(self, sha256, manifest):
         # A replaced entry must never pair the new archive with the old manifest: drop the manifest first.
-        with contextlib.suppress(OSError):
-            os.unlink(os.path.join(self.dir, MANIFEST_NAME))
-        os.replace(self.tmp_archive, os.path.join(self.dir, ARCHIVE_NAME))
-        atomic_write(os.path.join(self.dir, SHA_NAME), f"{sha256}  {ARCHIVE_NAME}\n".encode())
-        atomic_write(os.path.join(self.dir, MANIFEST_NAME), json_bytes(manifest))
-
-    def abort(self):
-        with contextlib.suppress(OSError):
-            os.unlink(self.tmp_archive)
+        unlink(self.dir_fd, MANIFEST_NAME)
+        set_attrs(self.fd, FILE_MODE)
+        rename(self.dir_fd, self.tmp, ARCHIVE_NAME)
+        self.tmp = None
+        write_atomic(self.dir_fd, SHA_NAME, f"{sha256}  {ARCHIVE_NAME}\n".encode(), FILE_MODE)
+        write_atomic(self.dir_fd, MANIFEST_NAME, json_bytes(manifest), FILE_MODE)
+        self.abort()
 
 
 class HttpStore:
@@ -419,26 +539,35 @@ class HttpStore:
             raise KernelError(f"store_url {url!r} is not an http(s) URL, for example http://peer-host:8765/")
         self.url = url.rstrip("/") + "/"
         self.timeout = timeout
+        # What messages, results and the marker show: no credentials, and not the path of the base URL, which for
+        # a fleet peer (weights_server) is its access token; the marker is readable by every user of the host.
+        parts = urllib.parse.urlsplit(self.url)
+        base = "<base path>/" if parts.path.strip("/") else ""
+        self.shown = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}/{base}"
+
+    @staticmethod
+    def _entry(key, name):
+        return "/".join(urllib.parse.quote(p, safe="") for p in [*entry_parts(key), name])
 
     def _url(self, key, name):
-        return self.url + "/".join(urllib.parse.quote(p, safe="") for p in [*entry_parts(key), name])
+        return self.url + self._entry(key, name)
 
-    def describe(self, key=None):
-        return self._url(key, "") if key else self.url
+    def describe(self, key=None, name=""):
+        return self.shown + self._entry(key, name) if key else self.shown
 
     def _open(self, key, name, missing_ok=False):
-        url = self._url(key, name)
+        shown = self.describe(key, name)
         try:
-            return open_url(url, method="GET", timeout=self.timeout)
+            return open_url(self._url(key, name), method="GET", timeout=self.timeout)
         except urllib.error.HTTPError as exc:
             exc.close()
             if exc.code == 404 and missing_ok:
                 return None
             raise KernelError(
-                f"{url} answered HTTP {exc.code}; check store_url and that the store is serving"
+                f"{shown} answered HTTP {exc.code}; check store_url and that the store is serving"
             ) from None
         except (urllib.error.URLError, OSError) as exc:
-            raise KernelError(f"{url} is unreachable: {getattr(exc, 'reason', exc)}; check store_url") from None
+            raise KernelError(f"{shown} is unreachable: {getattr(exc, 'reason', exc)}; check store_url") from None
 
     def read_manifest(self, key):
         resp = self._open(key, MANIFEST_NAME, missing_ok=True)
@@ -446,17 +575,11 @@ class HttpStore:
             return None
         with resp:
             raw = resp.read(_MANIFEST_MAX + 1)
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            raise KernelError(f"{self._url(key, MANIFEST_NAME)} is not JSON; is store_url a kernel store?") from None
-        if not isinstance(data, dict):
-            raise KernelError(f"{self._url(key, MANIFEST_NAME)} is not a JSON object; is store_url a kernel store?")
-        return data
+        return _json_object(raw, self.describe(key, MANIFEST_NAME), "is store_url a kernel store?")
 
     def read_sha(self, key):
         with self._open(key, SHA_NAME) as resp:
-            return parse_sha_file(resp.read(4096).decode("ascii", "replace"), self._url(key, SHA_NAME))
+            return parse_sha_file(resp.read(4096).decode("ascii", "replace"), self.describe(key, SHA_NAME))
 
     def open_archive(self, key):
         return self._open(key, ARCHIVE_NAME)
@@ -465,7 +588,7 @@ class HttpStore:
         return []
 
     def writer(self, key):
-        raise KernelError(f"the http store {self.url} is read-only; harvest into a path or s3 store")
+        raise KernelError(f"the http store {self.shown} is read-only; harvest into a path or s3 store")
 
 
 class _S3Body:
@@ -532,15 +655,7 @@ class S3Store:
         raw = self._read_small(key, MANIFEST_NAME, missing_ok=True)
         if raw is None:
             return None
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            raise KernelError(
-                f"{self.describe(key)}{MANIFEST_NAME} is not JSON; remove the entry and harvest again"
-            ) from None
-        if not isinstance(data, dict):
-            raise KernelError(f"{self.describe(key)}{MANIFEST_NAME} is not a JSON object; remove the entry")
-        return data
+        return _json_object(raw, f"{self.describe(key)}{MANIFEST_NAME}", "remove the entry and harvest again")
 
     def read_sha(self, key):
         raw = self._read_small(key, SHA_NAME)
@@ -569,20 +684,39 @@ class S3Store:
         return _S3Writer(self, key)
 
 
-class _S3Writer:
+def _upload_fd(client, bucket, key, fd, part_size=DEFAULT_PART_SIZE):
+    """Multipart upload of the open file ``fd``. S3Client.upload_file takes a path, and the container UID can
+    swap the names in the spool; the descriptor is the archive that was packed and hashed."""
+    size = os.fstat(fd).st_size
+    while -(-size // part_size) > MAX_PARTS:
+        part_size *= 2
+    upload_id = client.create_multipart_upload(bucket, key)
+    try:
+        etags = []
+        # The temporary file is open write-only: reopen that very inode for reading through its /proc entry.
+        with open(f"/proc/self/fd/{fd}", "rb") as handle:
+            # One part at least (S3 takes a last part below the minimum size; an archive is never empty).
+            while not etags or handle.tell() < size:
+                block = handle.read(part_size)
+                etags.append(client.upload_part(bucket, key, upload_id, len(etags) + 1, block))
+                if len(block) < part_size:
+                    break
+        return client.complete_multipart_upload(bucket, key, upload_id, etags)
+    except BaseException:
+        with contextlib.suppress(S3Error):
+            client.abort_multipart_upload(bucket, key, upload_id)
+        raise
+
+
+class _S3Writer(_TempArchive):
+    """Packs into the spool (by default ``<volume>/tt_metal_cache``, a directory the container UID can write) and
+    uploads from the descriptor."""
+
     def __init__(self, store, key):
+        hint = f"{key['model_name']}-{key['mesh']}.tar.zst"
+        super().__init__(store.spool, hint, f"{TEMP_PREFIX}{hint}.", dir_mode=0o700)
         self.store = store
         self.key = key
-        self.tmp_archive = os.path.join(
-            store.spool, f"{TEMP_PREFIX}{key['model_name']}-{key['mesh']}.{os.getpid()}.tar.zst"
-        )
-
-    def prepare(self):
-        os.makedirs(self.store.spool, mode=0o700, exist_ok=True)
-        return self.tmp_archive
-
-    def space_path(self):
-        return self.store.spool
 
     def commit(self, sha256, manifest):
         store, key = self.store, self.key
@@ -595,10 +729,11 @@ class _S3Writer:
             )
             store._call(
                 f"upload to {store.describe(key)}",
-                store.client.upload_file,
+                _upload_fd,
+                store.client,
                 store.bucket,
                 store._object(key, ARCHIVE_NAME),
-                self.tmp_archive,
+                self.fd,
             )
             store._call(
                 f"upload to {store.describe(key)}",
@@ -616,10 +751,6 @@ class _S3Writer:
             )
         finally:
             self.abort()
-
-    def abort(self):
-        with contextlib.suppress(OSError):
-            os.unlink(self.tmp_archive)
 
 
 # ---------------------------------------------------------------------------
@@ -659,21 +790,47 @@ def _abort(proc, thread):
     proc.wait()
 
 
-def pack(cache_dir, scan, out_path, zstd, level=3, progress=None):
-    """Tar the scanned entries of ``cache_dir`` through ``zstd`` into ``out_path``.
+class _OneDir:
+    """The descriptor of one directory below ``base`` at a time, opened by ``opener(base, relpath)``: scanned
+    entries and archive members come sorted, so consecutive files mostly share their directory."""
 
-    Returns ``(sha256, archive_bytes)``, hashed while written (no second pass). A file whose size changes
-    while it is read fails the pack: the cache was not complete after all.
+    def __init__(self, base, opener):
+        self.base = base
+        self.opener = opener
+        self.rel = self.fd = None
+
+    def get(self, rel):
+        if self.fd is None or rel != self.rel:
+            self.close()
+            self.fd = self.opener(self.base, rel)
+            self.rel = rel
+        return self.fd
+
+    def close(self):
+        if self.fd is not None:
+            os.close(self.fd)
+        self.rel = self.fd = None
+
+
+def pack(cache_fd, scan, out_fd, zstd, level=3, progress=None, where=""):
+    """Tar the scanned entries of the directory ``cache_fd`` through ``zstd`` into the file ``out_fd``.
+
+    Returns ``(sha256, archive_bytes)``, hashed while written (no second pass). Every file is opened relative to
+    its directory's descriptor as a regular file: an entry swapped for a link or a special file since the scan is
+    refused, never followed or opened. A file whose size changes while it is read fails the pack: the cache was
+    not complete after all.
     """
-    proc = subprocess.Popen(
+    # Accepted bandit B603: fixed argv: zstd found on PATH, an int level.
+    proc = subprocess.Popen(  # nosec B603
         [zstd, "-q", f"-{int(level)}", "-T0", "-c", "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
     )
     digest = hashlib.sha256()
     state = {"bytes": 0, "error": None}
+    cache_uid = os.fstat(cache_fd).st_uid
 
     def drain():
         try:
-            with open(out_path, "wb") as out:
+            with os.fdopen(out_fd, "wb", closefd=False) as out:
                 while True:
                     block = proc.stdout.read(CHUNK)
                     if not block:
@@ -682,13 +839,14 @@ def pack(cache_dir, scan, out_path, zstd, level=3, progress=None):
                     out.write(block)
                     state["bytes"] += len(block)
                 out.flush()
-                os.fsync(out.fileno())
+                os.fsync(out_fd)
         except BaseException as exc:  # reported by the main thread
             state["error"] = exc
             proc.stdout.close()
 
     thread = threading.Thread(target=drain, daemon=True)
     thread.start()
+    dirs = _OneDir(cache_fd, lambda base, rel: open_relative(base, rel, where))
     try:
         with tarfile.open(fileobj=proc.stdin, mode="w|", format=tarfile.PAX_FORMAT) as tar:
             for rel, kind, size, _mtime, mode in scan["entries"]:
@@ -696,10 +854,24 @@ def pack(cache_dir, scan, out_path, zstd, level=3, progress=None):
                 if kind == "dir":
                     tar.addfile(info)
                     continue
-                full = os.path.join(cache_dir, rel)
-                with open(full, "rb") as handle:
-                    if os.fstat(handle.fileno()).st_size != size:
+                full = os.path.join(where, rel)
+                dirname, name = os.path.split(rel)
+                try:
+                    fd, st = open_file(dirs.get(dirname), name, where=os.path.join(where, dirname))
+                except SafeFileError as exc:
+                    raise _refusal(
+                        exc, "it was a regular file when the cache was scanned; harvest again once nothing writes to it"
+                    ) from None
+                with os.fdopen(fd, "rb") as handle:
+                    if st.st_size != size:
                         raise KernelError(f"{full} changed size while the cache was packed; harvest again later")
+                    # A hard link to a file of someone else (possible where fs.protected_hardlinks is off) is
+                    # not the cache's own data.
+                    if st.st_nlink > 1 and st.st_uid != cache_uid:
+                        raise KernelError(
+                            f"{full} is a hard link to a file owned by uid {st.st_uid}, not by the cache's owner; "
+                            "it is not packed. Fix: remove it from the cache"
+                        )
                     tar.addfile(info, handle)
                 if progress is not None:
                     progress.advance(size, rel)
@@ -707,29 +879,36 @@ def pack(cache_dir, scan, out_path, zstd, level=3, progress=None):
     except BaseException:
         _abort(proc, thread)
         raise
+    finally:
+        dirs.close()
     thread.join()
     rc = proc.wait()
     if state["error"] is not None:
-        raise KernelError(f"writing {out_path} failed: {state['error']}")
+        raise KernelError(f"writing the archive of {where} failed: {state['error']}")
     if rc != 0:
-        raise KernelError(f"zstd failed with exit code {rc} while packing {cache_dir}")
+        raise KernelError(f"zstd failed with exit code {rc} while packing {where}")
     return digest.hexdigest(), state["bytes"]
 
 
-def _member_path(root, name):
+def _member_parts(name):
     parts = [p for p in name.split("/") if p not in ("", ".")]
-    if not parts or name.startswith("/") or ".." in parts:
+    if not parts or name.startswith("/") or ".." in parts or "\0" in name:
         raise KernelError(f"the archive holds an unsafe member name {name!r}; it was not written by this collection")
-    return os.path.join(root, *parts)
+    return parts
 
 
-def unpack(source, staging, zstd, max_bytes, owner=None, progress=None):
-    """Extract a .tar.zst stream into the existing empty directory ``staging``, hashing the stream as it is read.
+def unpack(source, staging_fd, zstd, max_bytes, owner=None, progress=None):
+    """Extract a .tar.zst stream into the empty directory ``staging_fd``, hashing the stream as it is read.
 
-    Only regular files and directories are written (no links, devices or absolute/parent paths); writing stops
-    once more than ``max_bytes`` come out. Returns ``{"sha256", "archive_bytes", "files", "bytes"}``.
+    Only regular files and directories are written (no links, devices or absolute/parent paths), each created
+    relative to its directory's descriptor (new files with O_EXCL, never through a link) and given ``owner`` on
+    its descriptor; writing stops once more than ``max_bytes`` come out.
+    Returns ``{"sha256", "archive_bytes", "files", "bytes"}``.
     """
-    proc = subprocess.Popen([zstd, "-q", "-d", "-c", "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    # Accepted bandit B603: fixed argv: zstd found on PATH, reading the archive from a pipe.
+    proc = subprocess.Popen(  # nosec B603
+        [zstd, "-q", "-d", "-c", "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
     digest = hashlib.sha256()
     state = {"bytes": 0, "error": None}
 
@@ -755,13 +934,13 @@ def unpack(source, staging, zstd, max_bytes, owner=None, progress=None):
     thread = threading.Thread(target=feed, daemon=True)
     thread.start()
     files = total = 0
+    dirs = _OneDir(staging_fd, lambda base, rel: makedirs(base, rel, DIR_MODE, owner))
     try:
         with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
             for member in tar:
-                target = _member_path(staging, member.name)
+                parts = _member_parts(member.name)
                 if member.isdir():
-                    os.makedirs(target, mode=DIR_MODE, exist_ok=True)
-                    _own(target, DIR_MODE, owner)
+                    dirs.get("/".join(parts))
                     continue
                 if not member.isfile():
                     raise KernelError(
@@ -770,12 +949,17 @@ def unpack(source, staging, zstd, max_bytes, owner=None, progress=None):
                 total += member.size
                 if total > max_bytes:
                     raise KernelError(f"the archive unpacks to more than the {max_bytes} bytes its manifest states")
-                os.makedirs(os.path.dirname(target), mode=DIR_MODE, exist_ok=True)
                 mode = EXEC_MODE if member.mode & 0o111 else FILE_MODE
-                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+                fd = os.open(
+                    parts[-1],
+                    os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                    0o600,
+                    dir_fd=dirs.get("/".join(parts[:-1])),
+                )
                 with os.fdopen(fd, "wb") as out:
                     shutil.copyfileobj(tar.extractfile(member), out, CHUNK)
-                _own(target, mode, owner)
+                    out.flush()
+                    set_attrs(fd, mode, owner)
                 files += 1
         # Read to the end, so the hash covers the whole archive (tar pads past its end-of-archive blocks).
         while proc.stdout.read(CHUNK):
@@ -788,6 +972,8 @@ def unpack(source, staging, zstd, max_bytes, owner=None, progress=None):
     except BaseException:
         _abort(proc, thread)
         raise
+    finally:
+        dirs.close()
     thread.join()
     rc = proc.wait()
     if state["error"] is not None:
@@ -799,38 +985,33 @@ def unpack(source, staging, zstd, max_bytes, owner=None, progress=None):
     return {"sha256": digest.hexdigest(), "archive_bytes": state["bytes"], "files": files, "bytes": total}
 
 
-def _own(path, mode, owner):
-    os.chmod(path, mode)
-    if owner is not None and os.geteuid() == 0:
-        os.chown(path, *owner)
-
-
-def _makedirs_owned(path, owner):
-    missing = []
-    while not os.path.isdir(path):
-        missing.append(path)
-        path = os.path.dirname(path)
-    for directory in reversed(missing):
-        os.mkdir(directory, DIR_MODE)
-        _own(directory, DIR_MODE, owner)
-
-
-def remove_tree(path):
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def clear_leftovers(parent, mesh):
-    """Staging directories of an interrupted deploy of ``mesh`` (they are ours: TEMP_PREFIX + mesh)."""
-    removed = []
-    try:
-        names = os.listdir(parent)
-    except OSError:
-        return removed
+def clear_leftovers(parent_fd, mesh):
+    """Remove the staging directories of an interrupted deploy of ``mesh`` (ours: TEMP_PREFIX + mesh) from
+    ``parent_fd``, never following a link in them."""
+    prefix = f"{TEMP_PREFIX}{mesh}-"
+    with os.scandir(parent_fd) as entries:
+        names = sorted(entry.name for entry in entries if entry.name.startswith(prefix))
     for name in names:
-        if name.startswith(f"{TEMP_PREFIX}{mesh}-"):
-            remove_tree(os.path.join(parent, name))
-            removed.append(name)
-    return removed
+        with contextlib.suppress(OSError, SafeFileError):
+            remove_tree(parent_fd, name)
+    return names
+
+
+def _make_staging(parent_fd, mesh, parent):
+    """``(name, fd)`` of a new root-only directory with a random name in ``parent_fd``: mkdir never reuses an
+    existing name, so nothing a user planted becomes the staging directory."""
+    for _attempt in range(16):
+        name = f"{TEMP_PREFIX}{mesh}-{secrets.token_hex(8)}"
+        try:
+            os.mkdir(name, 0o700, dir_fd=parent_fd)
+        except FileExistsError:
+            continue
+        fd = open_subdir(parent_fd, name, parent)
+        if os.fstat(fd).st_uid != os.geteuid():
+            os.close(fd)
+            raise KernelError(f"{parent}/{name} was replaced right after it was made; nothing was deployed. Run again")
+        return name, fd
+    raise KernelError(f"{parent}: no free name for a staging directory after 16 tries")
 
 
 # ---------------------------------------------------------------------------
@@ -851,14 +1032,28 @@ def check_health(url, timeout=10):
         return f"{url} is unreachable ({getattr(exc, 'reason', exc)})"
 
 
-def _marker(volume, key):
+def _marker(parent_fd, volume, key):
+    """``(path, data)`` of the marker of ``key``; data is None when there is none. A link, FIFO or other special
+    file in its place is refused at once (never opened blocking)."""
     path = marker_path(volume, key)
-    data = read_json_file(path)
+    if parent_fd is None:
+        return path, None
+    fix = "remove it (it only records where the cache came from) and run again"
+    try:
+        data = read_json(parent_fd, marker_name(key), _MANIFEST_MAX, where=os.path.dirname(path))
+    except SafeFileError as exc:
+        raise _refusal(exc, fix) from None
     if data is not None and not isinstance(data.get("key"), dict):
-        raise KernelError(f"{path} has no key; remove it (it only records where the cache came from)")
+        raise KernelError(f"{path} has no key; {fix}")
     return path, data
 
 
+def _write_marker(parent_fd, key, data, owner):
+    """Replace the marker through a random O_EXCL temporary name; owner and mode are set on its descriptor."""
+    write_atomic(parent_fd, marker_name(key), json_bytes(data), FILE_MODE, owner)
+
+
+@_refusing
 def harvest(options, store, check_mode=False, now=None):
     """Pack the complete cache of ``options['volume']`` into ``store`` unless the store already holds the key."""
     key = check_key(options)
@@ -867,113 +1062,123 @@ def harvest(options, store, check_mode=False, now=None):
     path = cache_path(volume, key)
     force = bool(options.get("force"))
     where = f"{host}:{path}"
-    marker_file, marker = _marker(volume, key)
-    if marker is not None and key_mismatch(marker["key"], key):
-        raise KernelError(
-            f"{mismatch_text(f'the kernel cache {where} (recorded in {marker_file})', marker['key'], key)}. "
-            "Fix: harvest with the key of the spec that built it, or warm this host up with the spec to harvest"
-        )
-    result = {"changed": False, "action": "none", "cache_path": path, "store": store.describe(key), "key": key}
-    existing = store.read_manifest(key)
-    if existing is not None and not force:
-        check_manifest(existing, key, f"the store entry {store.describe(key)}")
-        result.update(
-            reason=(
-                f"the store already holds {key_text(key)} (from {existing.get('host')}, {existing.get('created_at')})"
-            ),
-            manifest=existing,
-        )
-        return result
+    patterns = options.get("temp_patterns") or DEFAULT_TEMP_PATTERNS
+    with contextlib.ExitStack() as fds:
+        parent_fd = _open_parent(volume, key)
+        if parent_fd is not None:
+            fds.callback(os.close, parent_fd)
+        marker_file, marker = _marker(parent_fd, volume, key)
+        if marker is not None and key_mismatch(marker["key"], key):
+            raise KernelError(
+                f"{mismatch_text(f'the kernel cache {where} (recorded in {marker_file})', marker['key'], key)}. "
+                "Fix: harvest with the key of the spec that built it, or warm this host up with the spec to harvest"
+            )
+        result = {"changed": False, "action": "none", "cache_path": path, "store": store.describe(key), "key": key}
+        existing = store.read_manifest(key)
+        if existing is not None and not force:
+            check_manifest(existing, key, f"the store entry {store.describe(key)}")
+            result.update(
+                reason=(
+                    f"the store already holds {key_text(key)} (from {existing.get('host')}, "
+                    f"{existing.get('created_at')})"
+                ),
+                manifest=existing,
+            )
+            return result
 
-    scan = scan_cache(path, options.get("temp_patterns") or DEFAULT_TEMP_PATTERNS)
-    problems = completeness_problems(scan, where, options.get("quiet_seconds") or 0, now)
-    if marker is not None and not key_mismatch(marker["key"], key):
-        evidence = f"marker {marker_file} ({marker.get('evidence') or marker.get('source')})"
-    elif options.get("require_marker"):
-        problems.append(
-            f"{host} holds no record ({marker_file}) that its cache of this key is complete; harvest it there first "
-            "(tasks_from: harvest, after a warm-up) or deploy it there from a store"
+        cache_fd = _open_cache(parent_fd, key["mesh"], path)
+        if cache_fd is not None:
+            fds.callback(os.close, cache_fd)
+        scan = _empty_scan() if cache_fd is None else scan_cache(cache_fd, patterns)
+        problems = completeness_problems(scan, where, options.get("quiet_seconds") or 0, now)
+        if marker is not None and not key_mismatch(marker["key"], key):
+            evidence = f"marker {marker_file} ({marker.get('evidence') or marker.get('source')})"
+        elif options.get("require_marker"):
+            problems.append(
+                f"{host} holds no record ({marker_file}) that its cache of this key is complete; harvest it there "
+                "first (tasks_from: harvest, after a warm-up) or deploy it there from a store"
+            )
+            evidence = None
+        elif options.get("warmed"):
+            evidence = "operator flag warmed"
+        elif options.get("health_url"):
+            why = check_health(options["health_url"], options.get("timeout") or 10)
+            if why:
+                problems.append(f"no evidence of a successful warm-up: {why}")
+            evidence = f"health {options['health_url']}"
+        else:
+            problems.append("no evidence of a successful warm-up: set health_url to the warmed server's /health URL")
+            evidence = None
+        if problems:
+            raise KernelError(
+                f"refusing to harvest the incomplete kernel cache of {key_text(key)}: " + "; ".join(problems) + ". "
+                "Fix: harvest after a successful warm-up (health_url answering 200, or warmed: true once you have "
+                "checked it), with no server writing to the cache"
+            )
+        result.update(
+            changed=True,
+            action="harvested",
+            files=scan["files"],
+            bytes=scan["bytes"],
+            evidence=evidence,
+            reason=f"packed {scan['files']} files ({human_bytes(scan['bytes'])}) of {where}",
         )
-        evidence = None
-    elif options.get("warmed"):
-        evidence = "operator flag warmed"
-    elif options.get("health_url"):
-        why = check_health(options["health_url"], options.get("timeout") or 10)
-        if why:
-            problems.append(f"no evidence of a successful warm-up: {why}")
-        evidence = f"health {options['health_url']}"
-    else:
-        problems.append("no evidence of a successful warm-up: set health_url to the warmed server's /health URL")
-        evidence = None
-    if problems:
-        raise KernelError(
-            f"refusing to harvest the incomplete kernel cache of {key_text(key)}: " + "; ".join(problems) + ". "
-            "Fix: harvest after a successful warm-up (health_url answering 200, or warmed: true once you have "
-            "checked it), with no server writing to the cache"
-        )
-    result.update(
-        changed=True,
-        action="harvested",
-        files=scan["files"],
-        bytes=scan["bytes"],
-        evidence=evidence,
-        reason=f"packed {scan['files']} files ({human_bytes(scan['bytes'])}) of {where}",
-    )
-    if check_mode:
-        result["reason"] = f"would pack {scan['files']} files ({human_bytes(scan['bytes'])}) of {where}"
-        return result
-    zstd = find_zstd(host)
-    writer = store.writer(key)
-    tmp = writer.prepare()
-    space = free_bytes(writer.space_path())
-    if space < scan["bytes"] // 2:
-        writer.abort()
-        raise KernelError(
-            f"{host}: the store {store.describe()} has {human_bytes(space)} free, too little for an archive of "
-            f"{human_bytes(scan['bytes'])} of cache; free space there"
-        )
-    try:
-        progress = Progress(scan["bytes"], options.get("status_file"))
-        sha, archive_bytes = pack(path, scan, tmp, zstd, options.get("level") or 3, progress)
-        after = scan_cache(path, options.get("temp_patterns") or DEFAULT_TEMP_PATTERNS)
-        if after["entries"] != scan["entries"]:
-            raise KernelError(f"the kernel cache {where} changed while it was packed; harvest again once it is idle")
-        manifest = build_manifest(key, sha, archive_bytes, scan, host, evidence, now)
-        writer.commit(sha, manifest)
-        progress.write(state="done")
-    except BaseException:
-        writer.abort()
-        raise
-    atomic_write(
-        marker_file,
-        json_bytes(
+        if check_mode:
+            result["reason"] = f"would pack {scan['files']} files ({human_bytes(scan['bytes'])}) of {where}"
+            return result
+        zstd = find_zstd(host)
+        writer = store.writer(key)
+        out_fd = writer.prepare()
+        try:
+            space = writer.free_bytes()
+            if space < scan["bytes"] // 2:
+                raise KernelError(
+                    f"{host}: the store {store.describe()} has {human_bytes(space)} free, too little for an archive "
+                    f"of {human_bytes(scan['bytes'])} of cache; free space there"
+                )
+            progress = Progress(scan["bytes"], options.get("status_file"))
+            sha, archive_bytes = pack(cache_fd, scan, out_fd, zstd, options.get("level") or 3, progress, path)
+            after = scan_cache(cache_fd, patterns)
+            if after["entries"] != scan["entries"]:
+                raise KernelError(
+                    f"the kernel cache {where} changed while it was packed; harvest again once it is idle"
+                )
+            manifest = build_manifest(key, sha, archive_bytes, scan, host, evidence, now)
+            writer.commit(sha, manifest)
+            progress.write(state="done")
+        except BaseException:
+            writer.abort()
+            raise
+        _write_marker(
+            parent_fd,
+            key,
             {
                 "key": manifest["key"],
                 "sha256": sha,
                 "source": "harvest",
                 "evidence": evidence,
                 "at": manifest["created_at"],
-            }
-        ),
-        owner=(options.get("owner", 1000), options.get("group", 1000)),
-    )
+            },
+            (options.get("owner", 1000), options.get("group", 1000)),
+        )
     result.update(manifest=manifest, sha256=sha, archive_bytes=archive_bytes, hashed=True)
     return result
 
 
-def dir_state(path):
-    """``absent``, ``empty`` or ``nonempty``; anything but a directory at ``path`` is an error."""
-    try:
-        with os.scandir(path) as entries:
-            return "nonempty" if next(entries, None) is not None else "empty"
-    except FileNotFoundError:
+def dir_state(parent_fd, name, path):
+    """``absent``, ``empty`` or ``nonempty`` for the cache directory ``name`` in ``parent_fd`` (None: absent);
+    anything but a directory there is an error."""
+    fd = _open_cache(parent_fd, name, path)
+    if fd is None:
         return "absent"
-    except NotADirectoryError:
-        raise KernelError(
-            f"{path} exists but is not a directory; move it away so the kernel cache can go there"
-        ) from None
+    try:
+        with os.scandir(fd) as entries:
+            return "nonempty" if next(entries, None) is not None else "empty"
+    finally:
+        os.close(fd)
 
 
+@_refusing
 def local_state(options):
     """What is at the cache path of the key: ``{"path", "marker_file", "kind", "in_place", "aside", "reason"}``.
 
@@ -986,9 +1191,14 @@ def local_state(options):
     volume = os.path.normpath(options["volume"])
     path = cache_path(volume, key)
     where = f"{host}:{path}"
-    marker_file, marker = _marker(volume, key)
-    # Only whether something is there: a converged host must not walk a cache of tens of thousands of files.
-    kind = dir_state(path)
+    parent_fd = _open_parent(volume, key)
+    try:
+        marker_file, marker = _marker(parent_fd, volume, key)
+        # Only whether something is there: a converged host must not walk a cache of tens of thousands of files.
+        kind = dir_state(parent_fd, key["mesh"], path)
+    finally:
+        if parent_fd is not None:
+            os.close(parent_fd)
     state = {"path": path, "marker_file": marker_file, "kind": kind, "in_place": False, "aside": None, "reason": None}
     if kind != "nonempty":
         return state
@@ -1028,14 +1238,17 @@ def inspect(options):
     }
 
 
+@_refusing
 def deploy(options, store, check_mode=False, now=None):
     """Put the store's archive of the key in place at the volume's cache path, verified, staged, renamed."""
     key = check_key(options)
     host = options.get("host") or socket.gethostname()
     owner = (options.get("owner", 1000), options.get("group", 1000))
+    volume = os.path.normpath(options["volume"])
     state = local_state(options)
-    path, marker_file, aside = state["path"], state["marker_file"], state["aside"]
+    path, aside = state["path"], state["aside"]
     parent = os.path.dirname(path)
+    mesh = key["mesh"]
     result = {"changed": False, "action": "none", "cache_path": path, "store": store.describe(key), "key": key}
     if state["reason"]:
         result["reason"] = state["reason"]
@@ -1063,10 +1276,10 @@ def deploy(options, store, check_mode=False, now=None):
     check_manifest(manifest, key, f"the store entry {store.describe(key)}")
     result.update(manifest=manifest, files=manifest["files"], bytes=manifest["bytes"])
     need = manifest["bytes"] + int(float(options.get("disk_margin_gb") or 0) * (1 << 30))
-    space = free_bytes(nearest_existing(parent))
+    measured, space = _free_space(parent)
     if space < need:
         raise KernelError(
-            f"{host}: {nearest_existing(parent)} has {human_bytes(space)} free; the kernel cache of {key_text(key)} "
+            f"{host}: {measured} has {human_bytes(space)} free; the kernel cache of {key_text(key)} "
             f"needs {human_bytes(manifest['bytes'])} plus the margin of {options.get('disk_margin_gb') or 0} GiB. "
             "Free space on the volume filesystem"
         )
@@ -1086,52 +1299,63 @@ def deploy(options, store, check_mode=False, now=None):
             f"the store entry {store.describe(key)} is inconsistent: {SHA_NAME} says {sha_file}, the manifest "
             f"{manifest['sha256']}; remove the entry and harvest again"
         )
-    _makedirs_owned(parent, owner)
-    clear_leftovers(parent, key["mesh"])
-    staging = os.path.join(parent, f"{TEMP_PREFIX}{key['mesh']}-{os.getpid()}-{int(time.time())}")
-    os.mkdir(staging, DIR_MODE)
+    parent_fd = _open_parent(volume, key, create=True, owner=owner)
     try:
-        progress = Progress(manifest["archive_bytes"], options.get("status_file"))
-        with store.open_archive(key) as source:
-            got = unpack(source, staging, zstd, manifest["bytes"], owner, progress)
-        progress.write(state="done")
-        problems = []
-        if got["sha256"] != manifest["sha256"]:
-            problems.append(f"sha256 {got['sha256']} instead of {manifest['sha256']}")
-        if got["archive_bytes"] != manifest["archive_bytes"]:
-            problems.append(f"{got['archive_bytes']} archive bytes instead of {manifest['archive_bytes']}")
-        if (got["files"], got["bytes"]) != (manifest["files"], manifest["bytes"]):
-            problems.append(
-                f"{got['files']} files / {got['bytes']} bytes instead of {manifest['files']} / {manifest['bytes']}"
-            )
-        if problems:
-            raise KernelError(
-                f"the archive {store.describe(key)}{ARCHIVE_NAME} does not match its manifest ({'; '.join(problems)}); "
-                "nothing was put in place. Remove the store entry and harvest again"
-            )
-        _own(staging, DIR_MODE, owner)
-        if aside:
-            moved = f"{path}{ASIDE_INFIX}{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))}"
-            os.rename(path, moved)
-            result["moved_aside"] = moved
-        elif state["kind"] == "empty":
-            os.rmdir(path)
-        os.rename(staging, path)
-    except BaseException:
-        remove_tree(staging)
-        raise
-    atomic_write(
-        marker_file,
-        json_bytes(
+        clear_leftovers(parent_fd, mesh)
+        staging, staging_fd = _make_staging(parent_fd, mesh, parent)
+        try:
+            progress = Progress(manifest["archive_bytes"], options.get("status_file"))
+            with store.open_archive(key) as source:
+                got = unpack(source, staging_fd, zstd, manifest["bytes"], owner, progress)
+            progress.write(state="done")
+            problems = []
+            if got["sha256"] != manifest["sha256"]:
+                problems.append(f"sha256 {got['sha256']} instead of {manifest['sha256']}")
+            if got["archive_bytes"] != manifest["archive_bytes"]:
+                problems.append(f"{got['archive_bytes']} archive bytes instead of {manifest['archive_bytes']}")
+            if (got["files"], got["bytes"]) != (manifest["files"], manifest["bytes"]):
+                problems.append(
+                    f"{got['files']} files / {got['bytes']} bytes instead of {manifest['files']} / {manifest['bytes']}"
+                )
+            if problems:
+                raise KernelError(
+                    f"the archive {store.describe(key)}{ARCHIVE_NAME} does not match its manifest "
+                    f"({'; '.join(problems)}); nothing was put in place. Remove the store entry and harvest again"
+                )
+            set_attrs(staging_fd, DIR_MODE, owner)
+            # The parent belongs to the container UID: its names may have been swapped while the archive streamed.
+            named, ours = os.lstat(staging, dir_fd=parent_fd), os.fstat(staging_fd)
+            if (named.st_dev, named.st_ino) != (ours.st_dev, ours.st_ino):
+                raise KernelError(
+                    f"{parent}/{staging} was replaced while the cache was unpacked into it; nothing was put in place. "
+                    "Run again"
+                )
+            if aside:
+                moved = f"{mesh}{ASIDE_INFIX}{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))}"
+                os.rename(mesh, moved, src_dir_fd=parent_fd, dst_dir_fd=parent_fd)
+                result["moved_aside"] = os.path.join(parent, moved)
+            elif state["kind"] == "empty":
+                os.rmdir(mesh, dir_fd=parent_fd)
+            os.rename(staging, mesh, src_dir_fd=parent_fd, dst_dir_fd=parent_fd)
+        except BaseException:
+            with contextlib.suppress(OSError, SafeFileError):
+                remove_tree(parent_fd, staging)
+            raise
+        finally:
+            os.close(staging_fd)
+        _write_marker(
+            parent_fd,
+            key,
             {
                 "key": manifest["key"],
                 "sha256": manifest["sha256"],
                 "source": f"store {store.describe(key)}",
                 "evidence": manifest.get("evidence"),
                 "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
-            }
-        ),
-        owner=owner,
-    )
+            },
+            owner,
+        )
+    finally:
+        os.close(parent_fd)
     result.update(sha256=got["sha256"], archive_bytes=got["archive_bytes"], hashed=True)
     return result

@@ -1,22 +1,39 @@
 # Copyright (c) ttfleet.inference contributors
 # SPDX-License-Identifier: Apache-2.0
-"""A temporary read-only HTTP server for the weights of one model, so fleet hosts can pull from a peer.
+"""The one peer server of the fleet: a temporary read-only HTTP server that hands a directory's listed files to
+fleet peers, for the weights of one model (``kind="weights"``) and for the kernel caches of a kernel-store
+spool (``kind="kernels"``). One code path for both.
 
-Standard library only. The server answers ``GET``/``HEAD`` of ``/<token>/<file>`` for exactly the files
-listed in the directory's ``.ttfleet-manifest.json`` (and the manifest itself), with ``Range`` support
-so a puller resumes; anything else is 404. ``token`` is a random path element: it keeps other clients on
-the network from browsing, it is not an access control for secret data.
+What is served is fixed when the server starts (the *catalog*):
 
-``start_server`` binds the socket in the caller (so the port is known and errors surface there), then
-detaches a daemon (double fork, new session, stdio on /dev/null) that serves until ``stop_server``
-signals it or ``ttl`` seconds pass, whichever comes first, so a play that dies never leaves it behind
-for long. The daemon records the bytes it served in ``<run_dir>/<name>.json``.
+- ``weights``: the files that the directory's ``.ttfleet-manifest.json`` lists, and the manifest;
+- ``kernels``: the three files of every complete store entry, ``<model>/<mesh>/<impl_id>/<tt_metal_commit>/
+  <vllm_commit>/{manifest.json, kernels.tar.zst, kernels.tar.zst.sha256}`` (the layout of ``_kernels.PathStore``).
+
+The directory may be writable by a non-root user, so the catalog is found by a walk that never follows a link,
+and each file is pinned by ``(st_dev, st_ino, size)``. The daemon keeps a descriptor of the directory and opens
+a requested file per request component by component relative to it with ``O_NOFOLLOW``; a link, a special file
+or any other inode or size than the pinned one is refused (403), a name outside the catalog is 404. A file
+swapped for a link to an outside file is therefore never served. A file with several hard links is served only
+when every local user could read it anyway (a planted hard link to a root-only file is refused).
+
+Requests are ``GET``/``HEAD`` of ``/<token>/<relative path>`` with ``Range`` support so a puller resumes; the
+token is a random 128-bit path element that keeps other clients on the network out (it travels over plain HTTP:
+serve only on the site network). ``start_server`` binds the socket in the caller (so the port is known and errors
+surface there), then detaches a daemon (double fork, new session, stdio on /dev/null) that serves until
+``stop_server`` signals it or ``ttl`` seconds pass, so a play that dies never leaves it behind for long. Its state
+(``<name>.json``, holding the token URL) and the bytes it served (``<name>.json.stats``) are mode 0600 files in a
+root-only 0700 run directory, written atomically through ``_safefile``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
+
+# The request parser of the standard library only; files are served by the handler below, never by
+# SimpleHTTPRequestHandler (which would serve a whole tree and follow links).
 import http.server
 import json
 import os
@@ -25,40 +42,200 @@ import secrets
 import signal
 import socket
 import socketserver
+import stat
 import threading
 import time
 import urllib.parse
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels import (
+    ARCHIVE_NAME,
+    SHA_NAME,
+)
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels import (
+    MANIFEST_NAME as KERNEL_MANIFEST_NAME,
+)
+from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
+    SafeFileError,
+    make_path,
+    open_dir,
+    open_file,
+    open_relative,
+    read_json,
+    set_attrs,
+    unlink,
+    walk,
+    write_json,
+)
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
 
+KINDS = ("weights", "kernels")
 CHUNK = 1 << 20
+KERNEL_ENTRY_FILES = (KERNEL_MANIFEST_NAME, ARCHIVE_NAME, SHA_NAME)
+# model/mesh/impl_id/tt_metal_commit/vllm_commit
+KERNEL_ENTRY_DEPTH = 5
+RUN_DIR_MODE = 0o700
+STATE_MODE = 0o600
+# A client that sends or reads nothing for this long gives up its thread.
+REQUEST_TIMEOUT = 120
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_RANGE_RE = re.compile(r"^bytes=(\d+)-(\d*)$")
 
 
 class PeerError(Exception):
     """A server that cannot start or stop; the message names the input and the fix."""
 
 
-def served_files(directory):
-    """``{relative path: size}`` the server may hand out: the manifest's files that exist, plus the manifest."""
-    path = os.path.join(directory, MANIFEST_NAME)
+# ---------------------------------------------------------------------------
+# What is served
+
+
+def _disclosable(st):
+    """Whether a regular file may go to a peer: a file with several hard links could be a link to a root-only
+    file that a user placed here (where ``fs.protected_hardlinks`` is off), so it is served only when every
+    local user could read it anyway."""
+    return st.st_nlink <= 1 or bool(st.st_mode & stat.S_IROTH)
+
+
+def _pin_file(dirfd, name):
+    """``(st_dev, st_ino, size)`` of the regular file ``name`` in ``dirfd``; None when it is missing, a link,
+    a special file or not disclosable."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            manifest = json.load(handle)
-    except (OSError, ValueError) as exc:
-        raise PeerError(
-            f"{directory} has no readable {MANIFEST_NAME} ({exc}); only weights this collection placed can be served"
-        ) from None
-    files = manifest.get("files") if isinstance(manifest, dict) else None
-    if not isinstance(files, dict) or not files:
-        raise PeerError(f"{path} lists no files; only complete weights can be served")
-    allowed = {MANIFEST_NAME}
-    for rel in files:
-        parts = rel.split("/")
-        if rel.startswith("/") or any(part in ("", ".", "..") for part in parts):
-            continue
-        allowed.add(rel)
-    return allowed
+        fd, st = open_file(dirfd, name)
+    except (OSError, SafeFileError):
+        return None
+    os.close(fd)
+    return (st.st_dev, st.st_ino, st.st_size) if _disclosable(st) else None
+
+
+def _pin_path(rootfd, rel):
+    head, _sep, name = rel.rpartition("/")
+    try:
+        dirfd = open_relative(rootfd, head)
+    except (OSError, SafeFileError):
+        return None
+    try:
+        return _pin_file(dirfd, name)
+    finally:
+        os.close(dirfd)
+
+
+class Catalog:
+    """The files a server hands out, ``{relative path: (st_dev, st_ino, size)}``, pinned below the directory
+    descriptor ``fd`` (which the daemon keeps and serves from)."""
+
+    def __init__(self, directory, kind="weights"):
+        if kind not in KINDS:
+            raise PeerError(f"kind {kind!r} must be one of {', '.join(KINDS)}")
+        self.directory = os.path.normpath(directory)
+        self.kind = kind
+        try:
+            self.fd = open_dir(self.directory)
+        except (OSError, SafeFileError) as exc:
+            raise PeerError(f"cannot open {self.directory}: {_reason(exc)}") from None
+        try:
+            self.files = self._weights() if kind == "weights" else self._kernels()
+        except BaseException:
+            os.close(self.fd)
+            raise
+
+    def _weights(self):
+        try:
+            manifest = read_json(self.fd, MANIFEST_NAME, where=self.directory)
+        except (OSError, SafeFileError) as exc:
+            raise PeerError(self._unreadable(_reason(exc))) from None
+        if manifest is None:
+            raise PeerError(self._unreadable("it is missing"))
+        listed = manifest.get("files")
+        if not isinstance(listed, dict) or not listed:
+            raise PeerError(
+                f"{os.path.join(self.directory, MANIFEST_NAME)} lists no files; only complete weights can be served"
+            )
+        files = {}
+        for rel in [MANIFEST_NAME, *listed]:
+            if not isinstance(rel, str) or rel.startswith("/") or any(p in ("", ".", "..") for p in rel.split("/")):
+                continue
+            pin = _pin_path(self.fd, rel)
+            if pin is not None:
+                files[rel] = pin
+        return files
+
+    def _unreadable(self, problem):
+        return (
+            f"{self.directory} has no readable {MANIFEST_NAME} ({problem}); only weights this collection placed "
+            "can be served"
+        )
+
+    def _kernels(self):
+        files = {}
+        for rel, dirfd, entries in walk(self.fd, self.directory, onerror=lambda _exc: None):
+            if not rel or rel.count("/") != KERNEL_ENTRY_DEPTH - 1:
+                continue
+            regular = {name for name, st in entries if stat.S_ISREG(st.st_mode)}
+            # manifest.json is written last: an entry without it (or without its archive) is incomplete.
+            if not regular.issuperset(KERNEL_ENTRY_FILES):
+                continue
+            pins = {name: _pin_file(dirfd, name) for name in KERNEL_ENTRY_FILES}
+            if all(pins.values()):
+                files.update({f"{rel}/{name}": pin for name, pin in pins.items()})
+        if not files:
+            raise PeerError(
+                f"{self.directory} holds no complete kernel store entry (<model>/<mesh>/<impl_id>/<tt_metal_commit>/"
+                f"<vllm_commit>/ with {', '.join(KERNEL_ENTRY_FILES)}); pack a cache into it first"
+            )
+        return files
+
+    @property
+    def digest(self):
+        """A digest of what is served: a server started for another catalog is restarted."""
+        body = json.dumps([self.kind, self.directory, sorted(self.files.items())])
+        return hashlib.sha256(body.encode()).hexdigest()
+
+    def close(self):
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _reason(exc):
+    if isinstance(exc, SafeFileError):
+        return str(exc)
+    return f"{exc.strerror or exc}" + (f": {exc.filename}" if getattr(exc, "filename", None) else "")
+
+
+class _Refused(Exception):
+    def __init__(self, code):
+        super().__init__(code)
+        self.code = code
+
+
+def open_pinned(rootfd, rel, pin):
+    """``(fd, size)`` of the catalog file ``rel``, opened relative to ``rootfd`` without following a link;
+    _Refused(404) when it is gone, _Refused(403) when it is not the very file pinned at start."""
+    head, _sep, name = rel.rpartition("/")
+    try:
+        dirfd = open_relative(rootfd, head)
+        try:
+            fd, st = open_file(dirfd, name)
+        finally:
+            os.close(dirfd)
+    except FileNotFoundError:
+        raise _Refused(404) from None
+    except (OSError, SafeFileError):
+        raise _Refused(403) from None
+    if (st.st_dev, st.st_ino, st.st_size) != pin or not _disclosable(st):
+        os.close(fd)
+        raise _Refused(403)
+    return fd, st.st_size
+
+
+# ---------------------------------------------------------------------------
+# HTTP
 
 
 class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
@@ -66,58 +243,46 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     allow_reuse_address = True
 
 
-def make_handler(directory, token, allowed, counter):
-    """A request handler class serving ``allowed`` files of ``directory`` under ``/<token>/``."""
+def make_handler(rootfd, token, files, counter):
+    """A request handler class serving the catalog ``files`` below ``rootfd`` under ``/<token>/``."""
     prefix = f"/{token}/"
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        server_version = "ttfleet-weights/1"
+        server_version = "ttfleet-peer/2"
         protocol_version = "HTTP/1.1"
+        timeout = REQUEST_TIMEOUT
 
         def log_message(self, *_args):
             return
 
-        def _fail(self, code):
+        def _empty(self, code, headers=()):
             self.send_response(code)
+            for name, value in headers:
+                self.send_header(name, value)
             self.send_header("Content-Length", "0")
             self.end_headers()
 
-        def _resolve(self):
-            path = urllib.parse.urlsplit(self.path).path
-            if not path.startswith(prefix):
-                return None
-            rel = urllib.parse.unquote(path[len(prefix) :])
-            if rel not in allowed:
-                return None
-            full = os.path.join(directory, *rel.split("/"))
-            # Never follow a link out of the directory, even if one appeared after the start.
-            if os.path.islink(full) or not os.path.realpath(full).startswith(os.path.realpath(directory) + os.sep):
-                return None
-            return full
-
         def _serve(self, body):
-            full = self._resolve()
-            if full is None:
-                self._fail(404)
+            path = urllib.parse.urlsplit(self.path).path
+            rel = urllib.parse.unquote(path[len(prefix) :]) if path.startswith(prefix) else None
+            pin = files.get(rel)
+            if pin is None:
+                self._empty(404)
                 return
             try:
-                handle = open(full, "rb")  # noqa: SIM115 - closed below
-            except OSError:
-                self._fail(404)
+                fd, size = open_pinned(rootfd, rel, pin)
+            except _Refused as refused:
+                self._empty(refused.code)
                 return
-            with handle:
-                size = os.fstat(handle.fileno()).st_size
+            with os.fdopen(fd, "rb") as handle:
                 start, end = 0, size - 1
-                match = re.match(r"^bytes=(\d+)-(\d*)$", self.headers.get("Range", ""))
+                match = _RANGE_RE.match(self.headers.get("Range", ""))
                 if match:
                     start = int(match.group(1))
                     if match.group(2):
                         end = min(int(match.group(2)), size - 1)
                     if start >= size or start > end:
-                        self.send_response(416)
-                        self.send_header("Content-Range", f"bytes */{size}")
-                        self.send_header("Content-Length", "0")
-                        self.end_headers()
+                        self._empty(416, [("Content-Range", f"bytes */{size}")])
                         return
                     self.send_response(206)
                     self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
@@ -150,29 +315,33 @@ def make_handler(directory, token, allowed, counter):
 
 
 class Counter:
-    """Bytes served, written to ``stats_path`` at most every second and at exit."""
+    """Bytes served, written to ``<name>.json.stats`` in the run directory at most every second and at exit."""
 
-    def __init__(self, stats_path, info):
+    def __init__(self, run_fd, name):
         self.lock = threading.Lock()
         self.bytes = 0
-        self.stats_path = stats_path
-        self.info = info
+        self.run_fd = run_fd
+        self.stats_name = _stats_name(name)
         self.written = 0.0
 
     def add(self, count):
         with self.lock:
             self.bytes += count
             if time.monotonic() - self.written >= 1.0:
-                self.flush()
+                self._write("serving")
 
     def flush(self, state="serving"):
+        with self.lock:
+            self._write(state)
+
+    def _write(self, state):
         self.written = time.monotonic()
-        data = dict(self.info, served_bytes=self.bytes, state=state)
-        temp = f"{self.stats_path}.tmp-{os.getpid()}"
-        with contextlib.suppress(OSError):
-            with open(temp, "w", encoding="utf-8") as handle:
-                json.dump(data, handle)
-            os.replace(temp, self.stats_path)
+        with contextlib.suppress(OSError, SafeFileError):
+            write_json(self.run_fd, self.stats_name, {"served_bytes": self.bytes, "state": state}, mode=STATE_MODE)
+
+
+# ---------------------------------------------------------------------------
+# State
 
 
 def default_address():
@@ -191,19 +360,60 @@ def default_address():
         raise PeerError("cannot find this host's address; set bind to the address peers reach it at") from None
 
 
-def state_path(run_dir, name):
+def _state_name(name):
     if not _NAME_RE.match(name or ""):
         raise PeerError(f"name {name!r} must be letters, digits, '.', '_' or '-' (it names the state file)")
-    return os.path.join(run_dir, f"{name}.json")
+    return f"{name}.json"
+
+
+def _stats_name(name):
+    return _state_name(name) + ".stats"
+
+
+def state_path(run_dir, name):
+    return os.path.join(run_dir, _state_name(name))
+
+
+def _open_run_dir(run_dir, create):
+    """Descriptor of the run directory, which must be this user's and closed to others (its state names a pid
+    that stop_server signals); None when it does not exist and ``create`` is false."""
+    run_dir = os.path.normpath(run_dir)
+    try:
+        fd = make_path(run_dir, mode=RUN_DIR_MODE) if create else open_dir(run_dir)
+    except FileNotFoundError:
+        if create:
+            raise PeerError(f"cannot create run_dir {run_dir}: a parent vanished; run again") from None
+        return None
+    except (OSError, SafeFileError) as exc:
+        raise PeerError(f"cannot use run_dir {run_dir}: {_reason(exc)}") from None
+    st = os.fstat(fd)
+    if st.st_uid != os.geteuid() or (not create and st.st_mode & 0o022):
+        os.close(fd)
+        raise PeerError(
+            f"run_dir {run_dir} belongs to uid {st.st_uid} or others can write it; give a directory only this "
+            "user owns (the default /run/ttfleet-weights)"
+        )
+    if create:
+        set_attrs(fd, RUN_DIR_MODE)
+    return fd
+
+
+def _read_state(run_fd, name):
+    try:
+        return read_json(run_fd, _state_name(name))
+    except (OSError, SafeFileError):
+        return None
 
 
 def read_state(run_dir, name):
-    try:
-        with open(state_path(run_dir, name), encoding="utf-8") as handle:
-            data = json.load(handle)
-        return data if isinstance(data, dict) else None
-    except (OSError, ValueError):
+    """The state recorded for ``name`` (None when there is none or it is unreadable)."""
+    fd = _open_run_dir(run_dir, create=False)
+    if fd is None:
         return None
+    try:
+        return _read_state(fd, name)
+    finally:
+        os.close(fd)
 
 
 def alive(state):
@@ -224,79 +434,105 @@ def _starttime(pid):
         return int(handle.read().rsplit(")", 1)[1].split()[19])
 
 
-def start_server(directory, bind, port=0, ttl=3600, run_dir="/run/ttfleet-weights", name="weights"):
-    """Start serving ``directory`` on ``bind:port`` (0 picks a free port); returns the state dict.
+# ---------------------------------------------------------------------------
+# Start and stop
 
-    The state (pid, port, token, url, path, expires) is written to ``<run_dir>/<name>.json`` (mode 0600).
-    """
-    directory = os.path.realpath(directory)
-    allowed = served_files(directory)
-    path = state_path(run_dir, name)
-    os.makedirs(run_dir, mode=0o700, exist_ok=True)
+
+def _bind(bind, port):
     family = socket.AF_INET6 if ":" in bind else socket.AF_INET
     try:
         server = type("PeerServer", (_Server,), {"address_family": family})((bind, port), None, False)
+    except OSError as exc:
+        raise PeerError(f"cannot open a socket for {bind}: {exc.strerror or exc}") from None
+    try:
         server.server_bind()
         server.server_activate()
     except OSError as exc:
+        server.server_close()
         if exc.errno == errno.EADDRNOTAVAIL:
             raise PeerError(
                 f"cannot bind {bind}: not an address of this host; set the fleet address to one it has"
             ) from None
         raise PeerError(f"cannot listen on {bind}:{port}: {exc.strerror or exc}; pick another port or 0") from None
-    token = secrets.token_hex(16)
-    real_port = server.server_address[1]
-    host = f"[{bind}]" if ":" in bind else bind
-    state = {
-        "path": directory,
-        "bind": bind,
-        "port": real_port,
-        "token": token,
-        "url": f"http://{host}:{real_port}/{token}/",
-        "expires": int(time.time() + ttl),
-        "files": len(allowed) - 1,
-    }
-    read_end, write_end = os.pipe()
-    first = os.fork()
-    if first == 0:  # pragma: no cover - runs in the detached daemon
-        try:
-            os.close(read_end)
-            os.setsid()
-            if os.fork() != 0:
-                os._exit(0)
-            os.write(write_end, str(os.getpid()).encode())
-            os.close(write_end)
-            null = os.open(os.devnull, os.O_RDWR)
-            for fd in (0, 1, 2):
-                os.dup2(null, fd)
-            os.closerange(3, server.socket.fileno())
-            os.closerange(server.socket.fileno() + 1, 65536)
-            os.chdir("/")
-            _serve_until(server, directory, token, allowed, state, path, ttl)
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    server.socket.close()
-    os.waitpid(first, 0)
-    with os.fdopen(read_end, "rb") as handle:
-        pid_text = handle.read().decode() or "0"
-    state["pid"] = int(pid_text)
+    except BaseException:
+        server.server_close()
+        raise
+    return server
+
+
+def start_server(
+    directory, bind, port=0, ttl=3600, run_dir="/run/ttfleet-weights", name="weights", kind="weights", pinned=None
+):
+    """Start serving ``directory`` (a weights directory or, with ``kind="kernels"``, a kernel-store spool) on
+    ``bind:port`` (0 picks a free port); returns the state dict, also written to ``<run_dir>/<name>.json``
+    (mode 0600). ``pinned`` is a Catalog of ``directory`` already built by the caller (it is closed here)."""
+    state_name = _state_name(name)
+    cat = pinned or Catalog(directory, kind)
+    run_fd = server = None
     try:
-        state["starttime"] = _starttime(state["pid"])
-    except (OSError, IndexError, ValueError):
-        raise PeerError(f"the weights server for {directory} exited right after starting") from None
-    fd = os.open(path + ".new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(state, handle)
-    os.replace(path + ".new", path)
-    return state
+        run_fd = _open_run_dir(run_dir, create=True)
+        server = _bind(bind, port)
+        token = secrets.token_hex(16)
+        real_port = server.server_address[1]
+        host = f"[{bind}]" if ":" in bind else bind
+        state = {
+            "path": cat.directory,
+            "kind": cat.kind,
+            "bind": bind,
+            "port": real_port,
+            "token": token,
+            "url": f"http://{host}:{real_port}/{token}/",
+            "expires": int(time.time() + ttl),
+            "files": len(cat.files),
+            "catalog": cat.digest,
+        }
+        read_end, write_end = os.pipe()
+        first = os.fork()
+        if first == 0:  # pragma: no cover - runs in the detached daemon
+            try:
+                os.close(read_end)
+                os.setsid()
+                if os.fork() != 0:
+                    os._exit(0)
+                os.write(write_end, str(os.getpid()).encode())
+                os.close(write_end)
+                null = os.open(os.devnull, os.O_RDWR)
+                for fd in (0, 1, 2):
+                    os.dup2(null, fd)
+                # Keep only the socket and the two directory descriptors: the caller's pipes must close.
+                low = 3
+                for keep in sorted({server.socket.fileno(), cat.fd, run_fd}):
+                    os.closerange(low, keep)
+                    low = keep + 1
+                os.closerange(low, 65536)
+                os.chdir("/")
+                _serve_until(server, cat, token, run_fd, name, ttl)
+            finally:
+                os._exit(0)
+        os.close(write_end)
+        os.waitpid(first, 0)
+        with os.fdopen(read_end, "rb") as handle:
+            pid_text = handle.read().decode() or "0"
+        state["pid"] = int(pid_text)
+        try:
+            state["starttime"] = _starttime(state["pid"])
+        except (OSError, IndexError, ValueError):
+            raise PeerError(f"the peer server for {cat.directory} exited right after starting") from None
+        write_json(run_fd, state_name, state, mode=STATE_MODE)
+        return state
+    finally:
+        if server is not None:
+            server.socket.close()
+        if run_fd is not None:
+            os.close(run_fd)
+        cat.close()
 
 
-def _serve_until(server, directory, token, allowed, state, path, ttl):  # pragma: no cover - daemon side
-    counter = Counter(path + ".stats", {"url": state["url"]})
+def _serve_until(server, cat, token, run_fd, name, ttl):  # pragma: no cover - daemon side
+    counter = Counter(run_fd, name)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    server.RequestHandlerClass = make_handler(directory, token, allowed, counter)
+    server.RequestHandlerClass = make_handler(cat.fd, token, cat.files, counter)
     server.timeout = 0.5
     deadline = time.monotonic() + ttl
     while not stop.is_set() and time.monotonic() < deadline:
@@ -307,27 +543,29 @@ def _serve_until(server, directory, token, allowed, state, path, ttl):  # pragma
 
 def stop_server(run_dir, name, wait=10.0):
     """Stop the daemon recorded for ``name``; returns ``(was_running, served_bytes)``. Missing state is fine."""
-    path = state_path(run_dir, name)
-    state = read_state(run_dir, name)
-    if state is None:
+    state_name = _state_name(name)
+    run_fd = _open_run_dir(run_dir, create=False)
+    if run_fd is None:
         return False, 0
-    running = alive(state)
-    if running:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(state["pid"], signal.SIGTERM)
-        deadline = time.monotonic() + wait
-        while alive(state) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if alive(state):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(state["pid"], signal.SIGKILL)
-    served = 0
     try:
-        with open(path + ".stats", encoding="utf-8") as handle:
-            served = int(json.load(handle).get("served_bytes", 0))
-    except (OSError, ValueError, TypeError):
-        pass
-    for leftover in (path, path + ".stats"):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(leftover)
-    return running, served
+        state = _read_state(run_fd, name)
+        if state is None:
+            return False, 0
+        running = alive(state)
+        if running:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(state["pid"], signal.SIGTERM)
+            deadline = time.monotonic() + wait
+            while alive(state) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if alive(state):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(state["pid"], signal.SIGKILL)
+        served = 0
+        with contextlib.suppress(OSError, SafeFileError, ValueError, TypeError, AttributeError):
+            served = int(read_json(run_fd, _stats_name(name), missing={}).get("served_bytes", 0))
+        for leftover in (state_name, _stats_name(name)):
+            unlink(run_fd, leftover)
+        return running, served
+    finally:
+        os.close(run_fd)

@@ -15,14 +15,23 @@ starts empty (compiled on the first start, or deployed from a kernel cache store
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import secrets
-import shutil
 import stat
 import time
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels import MARKER_PREFIX
+from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
+    SafeFileError,
+    open_subdir,
+    opened_dir,
+    read_json,
+    read_json_path,
+    remove_tree,
+    set_attrs,
+    temp_name,
+    walk,
+    write_json,
+)
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import (
     ASIDE_INFIX,
     TEMP_PREFIX,
@@ -35,7 +44,6 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import 
     check_path_text,
     check_source_root,
 )
-from ansible_collections.ttfleet.inference.plugins.module_utils._weights import read_json
 
 RECORD_NAME = ".ttfleet-volume.json"
 RECORD_SCHEMA = 1
@@ -44,11 +52,17 @@ RECORD_SCHEMA = 1
 NOT_SHARED = ("tt_metal_cache", "logs", "model_file_symlinks_map")
 _STAGING_PREFIXES = (".ttfleet-staging", TEMP_PREFIX)
 _RECORD_MAX_BYTES = 1 << 16
+# The layout of a volume (see model_weights): the volume and what it shares are root's, read-only to the container.
+_DIR_MODE = 0o755
+_ROOT = (0, 0)
 
 
 def _read_json(path):
-    data = read_json(path, limit=_RECORD_MAX_BYTES)
-    return data if isinstance(data, dict) else None
+    """A small JSON object of ours, or None; a link or special file in its place is never followed or opened."""
+    try:
+        return read_json_path(path, limit=_RECORD_MAX_BYTES)
+    except (OSError, SafeFileError):
+        return None
 
 
 def read_record(volume_path):
@@ -78,15 +92,22 @@ def recorded_commit(volume_path, model_name, mesh):
     if record and record.get("tt_metal_commit"):
         return record["tt_metal_commit"], os.path.join(volume_path, RECORD_NAME)
     cache_dir = os.path.join(volume_path, "tt_metal_cache", f"cache_{model_name}")
-    names = []
-    with contextlib.suppress(OSError):
-        names = [name for name in os.listdir(cache_dir) if name.startswith(MARKER_PREFIX) and name.endswith(".json")]
-    # The expected mesh's marker first, then the others by name.
-    for name in sorted(names, key=lambda name: (name != f"{MARKER_PREFIX}{mesh}.json", name)):
-        marker = _read_json(os.path.join(cache_dir, name))
-        key = (marker or {}).get("key")
-        if isinstance(key, dict) and key.get("tt_metal_commit"):
-            return key["tt_metal_commit"], os.path.join(cache_dir, name)
+    try:
+        with opened_dir(cache_dir) as dirfd:
+            with os.scandir(dirfd) as found:
+                names = [entry.name for entry in found]
+            names = [name for name in names if name.startswith(MARKER_PREFIX) and name.endswith(".json")]
+            # The expected mesh's marker first, then the others by name.
+            for name in sorted(names, key=lambda name: (name != f"{MARKER_PREFIX}{mesh}.json", name)):
+                try:
+                    marker = read_json(dirfd, name, _RECORD_MAX_BYTES)
+                except (OSError, SafeFileError):
+                    continue
+                key = (marker or {}).get("key")
+                if isinstance(key, dict) and key.get("tt_metal_commit"):
+                    return key["tt_metal_commit"], os.path.join(cache_dir, name)
+    except (OSError, SafeFileError):
+        pass
     return None, None
 
 
@@ -174,22 +195,33 @@ def annotate_candidates(candidates, derived, root, lookup=None, isolate=True):
 # A new volume with hardlinked weights
 
 
-def _walk_shared(src):
-    """``(relative path, lstat)`` of everything under ``src`` a new volume shares, parents before children."""
-    pending = [""]
-    while pending:
-        rel_dir = pending.pop()
-        with os.scandir(os.path.join(src, rel_dir) if rel_dir else src) as entries:
-            for entry in sorted(entries, key=lambda item: item.name):
-                if not rel_dir and entry.name in (*NOT_SHARED, RECORD_NAME):
+def _shared(rel, name):
+    """Whether entry ``name`` of shared directory ``rel`` of a volume goes into a volume hardlinked from it."""
+    if not rel and name in (*NOT_SHARED, RECORD_NAME):
+        return False
+    return not name.startswith(_STAGING_PREFIXES)
+
+
+def _walk_shared(src_fd, where=""):
+    """``(directory, its descriptor, [(name, lstat)])`` of everything under ``src_fd`` that a new volume shares,
+    parents before children, without following a link. Top-level directories that are not shared (the kernel
+    cache can hold many thousands of files) are never walked."""
+    with os.scandir(src_fd) as found:
+        top = sorted((entry.name, os.lstat(entry.name, dir_fd=src_fd)) for entry in found)
+    top = [(name, st) for name, st in top if _shared("", name)]
+    yield "", src_fd, top
+    for name, st in top:
+        if not stat.S_ISDIR(st.st_mode):
+            continue
+        fd = open_subdir(src_fd, name, where)
+        try:
+            for rel, dirfd, entries in walk(fd, os.path.join(where, name)):
+                if any(part.startswith(_STAGING_PREFIXES) for part in rel.split("/")):
                     continue
-                if entry.name.startswith(_STAGING_PREFIXES):
-                    continue
-                rel = os.path.join(rel_dir, entry.name) if rel_dir else entry.name
-                st = entry.stat(follow_symlinks=False)
-                yield rel, st
-                if stat.S_ISDIR(st.st_mode):
-                    pending.append(rel)
+                rel = f"{name}/{rel}" if rel else name
+                yield rel, dirfd, [(child, cst) for child, cst in entries if _shared(rel, child)]
+        finally:
+            os.close(fd)
 
 
 def _existing_kind(path, src_real):
@@ -240,10 +272,12 @@ def plan_hardlink(path, src, tt_metal_commit=None, force=False, allowed_roots=No
         moved_aside = _aside_name(path, time.time() if now is None else now)
     files = size = 0
     if action != "none":
-        for _rel, st in _walk_shared(src_real):
-            if stat.S_ISREG(st.st_mode):
-                files += 1
-                size += st.st_size
+        with opened_dir(src_real) as src_fd:
+            for _rel, _fd, entries in _walk_shared(src_fd, src_real):
+                for _name, st in entries:
+                    if stat.S_ISREG(st.st_mode):
+                        files += 1
+                        size += st.st_size
     after = (
         f"<directory: {files} files ({size} bytes) hardlinked from {src_real}, "
         f"an empty tt_metal_cache for tt_metal_commit {tt_metal_commit or 'unknown'}>"
@@ -271,44 +305,59 @@ def plan_hardlink(path, src, tt_metal_commit=None, force=False, allowed_roots=No
     }
 
 
-def _copy_owner_mode(st, path, follow=True):
-    os.chown(path, st.st_uid, st.st_gid, follow_symlinks=follow)
-    if follow:
-        os.chmod(path, stat.S_IMODE(st.st_mode))
-
-
-def _build(temp, src_real, tt_metal_commit, now):
-    root_st = os.stat(src_real)
-    os.mkdir(temp, 0o700)
-    for rel, st in _walk_shared(src_real):
-        source, target = os.path.join(src_real, rel), os.path.join(temp, rel)
-        if stat.S_ISDIR(st.st_mode):
-            os.mkdir(target, 0o700)
-            _copy_owner_mode(st, target)
-        elif stat.S_ISREG(st.st_mode):
-            os.link(source, target, follow_symlinks=False)
-        elif stat.S_ISLNK(st.st_mode):
-            os.symlink(os.readlink(source), target)
-            _copy_owner_mode(st, target, follow=False)
-    cache = os.path.join(temp, "tt_metal_cache")
-    os.mkdir(cache, 0o700)
+def _build(parent_fd, temp, src_fd, src_real, tt_metal_commit, now):
+    """Fill the new directory ``temp`` in ``parent_fd`` from the volume open at ``src_fd``, on descriptors: the
+    source may be writable by the container user, so no name in it is followed, and nothing of it but the
+    hardlinked files' inodes reaches the new volume (directories and links are root's)."""
+    os.mkdir(temp, 0o700, dir_fd=parent_fd)
+    temp_fd = open_subdir(parent_fd, temp)
     try:
-        cache_st = os.stat(os.path.join(src_real, "tt_metal_cache"))
-    except OSError:
-        cache_st = root_st
-    _copy_owner_mode(cache_st, cache)
-    record = {
-        "schema": RECORD_SCHEMA,
-        "weights_from": src_real,
-        "tt_metal_commit": tt_metal_commit,
-        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
-    }
-    record_path = os.path.join(temp, RECORD_NAME)
-    with open(record_path, "w", encoding="utf-8") as handle:
-        json.dump(record, handle, indent=2, sort_keys=True)
-        handle.write("\n")
-    os.chmod(record_path, 0o644)
-    _copy_owner_mode(root_st, temp)
+        dirs = {"": temp_fd}
+        try:
+            for rel, src_dir, entries in _walk_shared(src_fd, src_real):
+                target = dirs[rel]
+                for name, st in entries:
+                    if stat.S_ISDIR(st.st_mode):
+                        os.mkdir(name, _DIR_MODE, dir_fd=target)
+                        fd = open_subdir(target, name)
+                        set_attrs(fd, _DIR_MODE, _ROOT)
+                        dirs[f"{rel}/{name}" if rel else name] = fd
+                    elif stat.S_ISREG(st.st_mode):
+                        os.link(name, name, src_dir_fd=src_dir, dst_dir_fd=target, follow_symlinks=False)
+                        if not stat.S_ISREG(os.lstat(name, dir_fd=target).st_mode):
+                            # Swapped for something else since it was listed: not ours to share.
+                            os.unlink(name, dir_fd=target)
+                    elif stat.S_ISLNK(st.st_mode):
+                        os.symlink(os.readlink(name, dir_fd=src_dir), name, dir_fd=target)
+        finally:
+            for rel, fd in dirs.items():
+                if rel:
+                    os.close(fd)
+        cache_fd = None
+        with contextlib.suppress(OSError, SafeFileError):
+            cache_fd = open_subdir(src_fd, "tt_metal_cache")
+        try:
+            # The kernel cache is the container's: it gets the owner of the source's (or of the source volume).
+            cache_st = os.fstat(cache_fd if cache_fd is not None else src_fd)
+        finally:
+            if cache_fd is not None:
+                os.close(cache_fd)
+        os.mkdir("tt_metal_cache", _DIR_MODE, dir_fd=temp_fd)
+        fd = open_subdir(temp_fd, "tt_metal_cache")
+        try:
+            set_attrs(fd, _DIR_MODE, (cache_st.st_uid, cache_st.st_gid))
+        finally:
+            os.close(fd)
+        record = {
+            "schema": RECORD_SCHEMA,
+            "weights_from": src_real,
+            "tt_metal_commit": tt_metal_commit,
+            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
+        }
+        write_json(temp_fd, RECORD_NAME, record, 0o644, _ROOT)
+        set_attrs(temp_fd, _DIR_MODE, _ROOT)
+    finally:
+        os.close(temp_fd)
 
 
 def apply_hardlink(plan, now=None):
@@ -316,28 +365,47 @@ def apply_hardlink(plan, now=None):
     if plan["action"] == "none":
         return plan
     path = plan["path"]
-    parent = os.path.dirname(path)
+    parent, name = os.path.split(path)
     kind = _existing_kind(path, plan["src_real"])
     if kind != plan["previous_state"]:
         raise VolumeError(f"{path} changed while planning (was {plan['previous_state']}, now {kind}); run again")
-    temp = os.path.join(parent, f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}")
+    temp = temp_name()
     try:
-        _build(temp, plan["src_real"], plan["tt_metal_commit"], time.time() if now is None else now)
-        if plan["action"] == "move_aside":
-            if os.path.lexists(plan["moved_aside"]):
-                raise VolumeError(f"{plan['moved_aside']} appeared while planning; run again")
-            os.rename(path, plan["moved_aside"])
-        if os.path.lexists(path):
-            raise VolumeError(f"{path} appeared while the volume was built; nothing was replaced, run again")
-        os.rename(temp, path)
-    except OSError as exc:
+        with opened_dir(parent) as parent_fd:
+            try:
+                with opened_dir(plan["src_real"]) as src_fd:
+                    _build(
+                        parent_fd,
+                        temp,
+                        src_fd,
+                        plan["src_real"],
+                        plan["tt_metal_commit"],
+                        time.time() if now is None else now,
+                    )
+                if plan["action"] == "move_aside":
+                    aside = os.path.basename(plan["moved_aside"])
+                    if _exists_at(parent_fd, aside):
+                        raise VolumeError(f"{plan['moved_aside']} appeared while planning; run again")
+                    os.rename(name, aside, src_dir_fd=parent_fd, dst_dir_fd=parent_fd)
+                if _exists_at(parent_fd, name):
+                    raise VolumeError(f"{path} appeared while the volume was built; nothing was replaced, run again")
+                os.rename(temp, name, src_dir_fd=parent_fd, dst_dir_fd=parent_fd)
+            finally:
+                # Only hardlinks, links and directories of our own are in it: removing them leaves the source intact.
+                with contextlib.suppress(OSError):
+                    remove_tree(parent_fd, temp)
+    except (OSError, SafeFileError) as exc:
+        why = exc.reason if isinstance(exc, SafeFileError) else f"{exc.strerror or exc} ({exc.filename or ''})"
         raise VolumeError(
-            f"cannot build {path} from hardlinks of {plan['src_real']}: {exc.strerror or exc} "
-            f"({exc.filename or ''}); nothing of the source was changed"
+            f"cannot build {path} from hardlinks of {plan['src_real']}: {why}; nothing of the source was changed"
         ) from None
-    finally:
-        # Only hardlinks and directories of our own are in it: removing them leaves the source intact.
-        if os.path.lexists(temp):
-            shutil.rmtree(temp, ignore_errors=True)
     _fsync_dir(parent)
     return plan
+
+
+def _exists_at(dirfd, name):
+    try:
+        os.lstat(name, dir_fd=dirfd)
+    except FileNotFoundError:
+        return False
+    return True

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import urllib.parse
+
 from ansible.module_utils.basic import env_fallback
 
 S3_OPTIONS = dict(
@@ -16,3 +18,27 @@ S3_OPTIONS = dict(
     s3_ca_bundle=dict(type="path"),
     s3_verify=dict(type="bool", default=True),
 )
+
+
+def url_userinfo(url):
+    """The ``user:password`` part of a URL (up to its last ``@``), or None."""
+    try:
+        netloc = urllib.parse.urlsplit(url or "").netloc
+    except ValueError:
+        return None
+    return netloc.rpartition("@")[0] or None
+
+
+def mask_url_credentials(module, keys):
+    """Mask the credentials of every URL option in ``keys`` wherever Ansible shows the task (-vvv prints its
+    arguments), and return the error for an ``s3_endpoint`` that carries them, or None."""
+    for key in keys:
+        userinfo = url_userinfo(module.params.get(key))
+        if userinfo:
+            module.no_log_values.add(userinfo)
+    if url_userinfo(module.params.get("s3_endpoint")):
+        return (
+            "s3_endpoint must not carry credentials (user:password@ in the URL); set s3_access_key and "
+            "s3_secret_key instead and keep them in a vault"
+        )
+    return None

@@ -133,7 +133,9 @@ def open_dir(path, follow_trusted=True):
                 if hops > _MAX_LINKS:
                     raise SafeFileError(path, "too many levels of symbolic links") from None
                 target = os.readlink(name, dir_fd=fd)
-                rest = _components(target if target.startswith("/") else os.path.join(walked, target))
+                # ``walked`` holds no link (each one was resolved on the way), so ``..`` in a trusted link's
+                # target (volume_alias writes ``../../home/tt/...``) can be resolved by text.
+                rest = _components(os.path.normpath(os.path.join(walked, target)))
                 parts = rest + parts
                 os.close(fd)
                 fd = os.open("/", O_DIR)
@@ -153,6 +155,32 @@ def opened_dir(path, follow_trusted=True):
     fd = open_dir(path, follow_trusted)
     try:
         yield fd
+    finally:
+        os.close(fd)
+
+
+def open_nearest(path):
+    """``(fd, existing, missing)``: a descriptor of the nearest existing directory of ``path`` (opened with
+    ``open_dir``) and the names below it that are still missing."""
+    head, missing = os.path.normpath(path), []
+    while True:
+        try:
+            return open_dir(head), head, missing
+        except FileNotFoundError:
+            head, name = os.path.split(head)
+            if not name:
+                raise
+            missing.insert(0, name)
+
+
+def make_path(path, mode=0o755, owner=None):
+    """A descriptor of directory ``path``, creating the missing part with ``mode`` and ``owner`` set on
+    descriptors; a link planted by a user anywhere on the way is refused, never followed."""
+    fd, existing, missing = open_nearest(path)
+    if not missing:
+        return fd
+    try:
+        return makedirs(fd, "/".join(missing), mode, owner, where=existing)
     finally:
         os.close(fd)
 
@@ -334,11 +362,12 @@ def temp_name(hint=""):
 
 
 def create_temp(dirfd, hint="", mode=0o600):
-    """``(fd, name)`` of a new empty file with a random name, created with O_EXCL (never an existing path)."""
+    """``(fd, name)`` of a new empty file with a random name, created with O_EXCL (never an existing path) and
+    open for reading and writing (what was written can be read back from the same inode)."""
     for _attempt in range(16):
         name = temp_name(hint)
         try:
-            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dirfd)
+            fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dirfd)
         except FileExistsError:
             continue
         return fd, name

@@ -24,9 +24,9 @@ API_KEY_VARIABLE = {"vllm": "VLLM_API_KEY", "media": "API_KEY", "forge": "API_KE
 # Media servers fall back to this well-known key when API_KEY is unset; never use it.
 UPSTREAM_DEFAULT_KEYS = frozenset({"your-secret-key"})
 
-_INSTANCE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_ENV_VALUE = re.compile(r"^[\x21-\x7e]+$")
+_INSTANCE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}\Z")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+_ENV_VALUE = re.compile(r"^[\x21-\x7e]+\Z")
 
 
 class ServeError(ValueError):
@@ -133,9 +133,15 @@ def plan_instances(models, device, base_port=DEFAULT_BASE_PORT):
     return instances, problems
 
 
+# Accepted bandit B104: binds nothing; a port published on every IPv4 address is probed on loopback instead.
+_ANY_IPV4 = "0.0.0.0"  # nosec B104
+
+
 def health_host(bind_host):
     """Address the host itself reaches a published port on."""
-    return "127.0.0.1" if bind_host in ("0.0.0.0", "", None) else ("[::1]" if bind_host == "::" else bind_host)
+    if bind_host in (_ANY_IPV4, "", None):
+        return "127.0.0.1"
+    return "[::1]" if bind_host == "::" else bind_host
 
 
 # ---------------------------------------------------------------------------------------------

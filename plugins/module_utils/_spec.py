@@ -21,12 +21,19 @@ from __future__ import annotations
 
 import difflib
 import gzip
+import io
 import json
 import os
 import posixpath
 import re
 import subprocess
 import sys
+
+from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
+    SafeFileError,
+    opened_dir,
+    read_bytes,
+)
 
 CONTAINER_HOME = "/home/container_app_user"
 CONTAINER_CACHE_ROOT = CONTAINER_HOME + "/cache_root"
@@ -66,6 +73,18 @@ MESH_BY_DEVICE = {
 }
 
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+# Characters that change the meaning of a docker argument built from a spec value: ',' and '"' split or quote
+# the CSV of --mount, '=' splits a mount option, ':' splits --volume NAME:PATH[:MODE].
+_MOUNT_UNSAFE = re.compile(r'[,=:"]')
+_DEVICE_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]*")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# A release_model_spec.json is about 1 MB; far larger is not a spec export (compressed or not).
+SPEC_FILE_LIMIT = 64 << 20
+_VERSION_FILE_LIMIT = 4096
+_SPEC_FIX = (
+    "fix that entry, or use the release_model_spec.json of a tt-inference-server release tag "
+    "(or re-export it with workflows.model_spec.export_model_specs_json)"
+)
 _VERSION_PREFIX = re.compile(r"^(\d+(?:\.\d+){1,2})")
 _VLLM_RELEASE_REPO = "ghcr.io/tenstorrent/tt-inference-server/vllm-tt-metal-src-release-ubuntu-22.04-amd64"
 _IMPORT_TIMEOUT = 120
@@ -189,18 +208,58 @@ def check_name(value, option, allow_org=False):
     return value
 
 
-def _check_component(value, what, spec_label):
-    """A value taken from a spec that becomes one path component."""
-    if (
-        not isinstance(value, str)
-        or not value
-        or value in (".", "..")
-        or "/" in value
-        or "\\" in value
-        or _CONTROL_CHARS.search(value)
-    ):
-        raise SpecError(f"Spec {spec_label} has an unusable {what} {value!r}: it must be a single path component.")
+def _spec_error(where, field, value, problem):
+    return SpecError(f"{where}: {field} {value!r} {problem}; {_SPEC_FIX}.")
+
+
+def _check_component(value, field, where, mount=False):
+    """A spec value that becomes one path component (of a volume, weights or cache directory).
+
+    With ``mount`` it also reaches ``docker run --mount``/``--volume`` values, which it must not split.
+    """
+    if not isinstance(value, str) or not value:
+        raise _spec_error(where, field, value, "must be a non-empty string")
+    if _CONTROL_CHARS.search(value):
+        raise _spec_error(where, field, value, "contains a control character (newline, NUL, ...)")
+    if value in (".", "..") or "/" in value or "\\" in value:
+        raise _spec_error(where, field, value, "must be a single path component")
+    unsafe = _MOUNT_UNSAFE.search(value) if mount else None
+    if unsafe:
+        raise _spec_error(
+            where,
+            field,
+            value,
+            f"contains {unsafe.group()!r}, which would change the docker --mount or --volume options",
+        )
     return value
+
+
+def _check_argument(value, field, where, allow_org=False):
+    """A spec value passed as one docker or container argument (an image, an HF repository, an impl name)."""
+    if not isinstance(value, str) or not value:
+        raise _spec_error(where, field, value, "must be a non-empty string")
+    if _CONTROL_CHARS.search(value) or re.search(r"\s", value):
+        raise _spec_error(where, field, value, "contains whitespace or a control character")
+    if value.startswith("-"):
+        raise _spec_error(where, field, value, "starts with '-' and would be read as an option")
+    if allow_org and (value.count("/") > 1 or ".." in value or "\\" in value):
+        raise _spec_error(where, field, value, "is not a Hugging Face repository id (org/name)")
+    return value
+
+
+def _check_env(env, field, where):
+    """``env_vars`` of a spec: names docker -e accepts, single-line scalar values."""
+    if env is None:
+        return
+    if not isinstance(env, dict):
+        raise _spec_error(where, field, env, f"is a {type(env).__name__}, not a mapping of NAME: value")
+    for key, value in env.items():
+        if not isinstance(key, str) or not _ENV_NAME.fullmatch(key):
+            raise _spec_error(where, f"{field} name", key, "is not a variable name (letters, digits, '_')")
+        if isinstance(value, (dict, list)) or value is None:
+            raise _spec_error(where, f"{field}.{key}", value, "must be a string or a number")
+        if _CONTROL_CHARS.search(str(value)):
+            raise _spec_error(where, f"{field}.{key}", value, "contains a control character (newline, NUL, ...)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -280,19 +339,33 @@ def container_tt_cache_path(model_name, mesh):
 
 
 def _read_json(path):
+    """A spec export, plain or gzip, at most SPEC_FILE_LIMIT bytes either way: a regular file, not a link planted in a
+    directory a non-root user can write, never a FIFO or device."""
+    directory, name = os.path.split(os.path.abspath(path))
+    reason = None
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read()
+        with opened_dir(directory) as dirfd:
+            raw = read_bytes(dirfd, name, SPEC_FILE_LIMIT, where=directory)
+    except SafeFileError as exc:
+        reason = exc.reason
     except OSError as exc:
+        reason = exc.strerror or str(exc)
+    else:
+        if raw is None:
+            reason = "No such file or directory"
+    if reason:
         raise SpecError(
-            f"Cannot read spec file {path}: {exc.strerror or exc}. Give the path of a release_model_spec.json "
+            f"Cannot read spec file {path}: {reason}. Give the path of a release_model_spec.json "
             "(or model_specs_output.json) export, or a tt-inference-server checkout instead."
-        ) from None
+        )
     try:
         if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
+            with gzip.GzipFile(fileobj=io.BytesIO(raw)) as handle:
+                raw = handle.read(SPEC_FILE_LIMIT + 1)
+            if len(raw) > SPEC_FILE_LIMIT:
+                raise ValueError(f"more than {SPEC_FILE_LIMIT} bytes uncompressed")
         return json.loads(raw.decode("utf-8"))
-    except (OSError, EOFError, UnicodeDecodeError, ValueError) as exc:
+    except (OSError, EOFError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise SpecError(
             f"Spec file {path} is not valid JSON ({exc}). Re-export it with tt-inference-server "
             "(workflows.model_spec.export_model_specs_json) or use the release_model_spec.json of a release tag."
@@ -319,13 +392,65 @@ def _is_nested(data):
             if not isinstance(engines, dict):
                 return False
             for impls in engines.values():
-                if not isinstance(impls, dict) or not all(_is_spec(spec) for spec in impls.values()):
+                if not isinstance(impls, dict) or not all(isinstance(spec, dict) and spec for spec in impls.values()):
                     return False
     return True
 
 
 def _is_flat(data):
     return isinstance(data, dict) and bool(data) and all(_is_spec(spec) for spec in data.values())
+
+
+def _show(value):
+    """``value`` as it is when printable, else its repr (a newline must not split an error message)."""
+    return value if isinstance(value, str) and value.isprintable() else repr(value)
+
+
+def _source_label(path, release_version):
+    """How error messages name where specs come from."""
+    if path and release_version:
+        return f"{path} (tt-inference-server {release_version})"
+    if path:
+        return str(path)
+    return f"the specs of tt-inference-server {release_version}" if release_version else "the given specs"
+
+
+def _require(mapping, key, types, where, field, optional=False):
+    """``mapping[key]`` when it has one of ``types`` (a string must not be empty), else SpecError naming it."""
+    value = mapping.get(key)
+    if value is None and optional:
+        return None
+    if key not in mapping:
+        raise SpecError(f"{where} has no {field!r}; {_SPEC_FIX}.")
+    if not isinstance(value, types) or value == "":
+        wanted = " or ".join({dict: "a mapping", str: "a non-empty string"}.get(t, t.__name__) for t in types)
+        raise SpecError(f"{where}: {field} {value!r} is a {type(value).__name__}, not {wanted}; {_SPEC_FIX}.")
+    return value
+
+
+def _check_spec_shape(spec, source, model=None, device=None):
+    """The keys that selecting and deriving read, with their types, so a malformed spec fails with a message that
+    names the source, the model, the device and the key instead of a bare KeyError."""
+    if isinstance(spec.get("model_name"), str):
+        model = spec["model_name"]
+    if isinstance(spec.get("device_type"), str):
+        device = spec["device_type"]
+    where = f"{source}: the spec of {_show(model or '(unnamed model)')} on {_show(device or '(no device)')}"
+    for key in ("model_name", "device_type", "hf_model_repo"):
+        _require(spec, key, (str,), where, key)
+    # Selection compares device names; one with a newline would never match and would split messages.
+    if not _DEVICE_TYPE.fullmatch(spec["device_type"]):
+        raise _spec_error(where, "device_type", spec["device_type"], "is not a device name (letters, digits, '_')")
+    impl = _require(spec, "impl", (dict,), where, "impl")
+    _require(impl, "impl_id", (str,), where, "impl.impl_id")
+    _require(impl, "impl_name", (str,), where, "impl.impl_name", optional=True)
+    for key in ("inference_engine", "docker_image", "subdevice_type", "hf_weights_repo"):
+        _require(spec, key, (str,), where, key, optional=True)
+    _require(spec, "version", (str, int, float), where, "version", optional=True)
+    _require(spec, "env_vars", (dict,), where, "env_vars", optional=True)
+    dms = _require(spec, "device_model_spec", (dict,), where, "device_model_spec", optional=True) or {}
+    for key in ("env_vars", "vllm_args"):
+        _require(dms, key, (dict,), where, f"device_model_spec.{key}", optional=True)
 
 
 def _current_release_image(spec, old_version, new_version):
@@ -366,9 +491,18 @@ def catalog_from_data(data, source, path=None, release_version=None):
         catalog = dict(data)
         if not catalog.get("release_version"):
             catalog["release_version"] = release_version
+        label = _source_label(path, catalog["release_version"])
+        for repo, devices in catalog["model_specs"].items():
+            for device, engines in devices.items():
+                for impls in engines.values():
+                    for spec in impls.values():
+                        _check_spec_shape(spec, label, repo, device)
         released = parse_version_tuple(catalog["release_version"])
         catalog["legacy_layout"] = released is not None and released < MIN_CURRENT_INTERFACE_VERSION
     elif _is_flat(data):
+        label = _source_label(path, release_version)
+        for model_id, spec in data.items():
+            _check_spec_shape(spec, label, model_id)
         catalog = {
             "schema_version": None,
             "release_version": release_version,
@@ -395,10 +529,11 @@ def load_spec_file(path, source=SOURCE_SPEC_FILE, release_version=None):
 
 def _read_version_file(checkout):
     try:
-        with open(os.path.join(checkout, "VERSION"), encoding="utf-8") as handle:
-            return handle.read().strip() or None
-    except OSError:
+        with opened_dir(checkout) as dirfd:
+            raw = read_bytes(dirfd, "VERSION", _VERSION_FILE_LIMIT)
+    except (OSError, SafeFileError):
         return None
+    return (raw or b"").decode("utf-8", "replace").strip() or None
 
 
 def _last_line(text):
@@ -418,7 +553,8 @@ def export_from_checkout(checkout, python=None, timeout=_IMPORT_TIMEOUT):
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env.pop("OVERRIDE_BENCHMARK_TARGETS", None)
     try:
-        proc = subprocess.run(
+        # Accepted bandit B603: a fixed program of ours on a root-owned release checkout.
+        proc = subprocess.run(  # nosec B603
             [interpreter, "-B", "-c", _EXPORT_PROGRAM, checkout],
             cwd=checkout,
             env=env,
@@ -696,16 +832,31 @@ def spec_mesh(spec, catalog=None):
 def derive(spec, catalog=None, volume_root=None):
     """Everything a playbook needs about one spec: names, paths, image, requirements."""
     catalog = catalog or {}
-    label = spec.get("model_id") or f"{spec.get('model_name')}@{spec.get('device_type')}"
-    model_name = _check_component(spec["model_name"], "model_name", label)
-    impl_id = _check_component(spec["impl"]["impl_id"], "impl_id", label)
+    source = _source_label(catalog.get("path"), catalog.get("release_version"))
+    _check_spec_shape(spec, source)
+    where = f"{source}: the spec of {_show(spec['model_name'])} on {_show(spec['device_type'])}"
+    # Every value below reaches a path, a docker argument or a --mount value (container_command).
+    model_name = _check_component(spec["model_name"], "model_name", where, mount=True)
+    impl_id = _check_component(spec["impl"]["impl_id"], "impl.impl_id", where, mount=True)
     version = spec.get("version")
     if version in (None, ""):
         raise SpecError(
-            f"Spec {label} has no version pin, so its volume name is undefined; use a release (prod) spec export."
+            f"{where} has no version pin, so its volume name is undefined; use a release (prod) spec export."
         )
-    version = _check_component(str(version), "version", label)
-    mesh = _check_component(spec_mesh(spec, catalog), "mesh", label)
+    version = _check_component(str(version), "version", where, mount=True)
+    try:
+        mesh = spec_mesh(spec, catalog)
+    except SpecError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+    mesh = _check_component(mesh, "mesh", where)
+    _check_argument(spec["hf_model_repo"], "hf_model_repo", where, allow_org=True)
+    for key in ("hf_weights_repo", "docker_image"):
+        if spec.get(key) is not None:
+            _check_argument(spec[key], key, where, allow_org=key == "hf_weights_repo")
+    if spec["impl"].get("impl_name") is not None:
+        _check_argument(spec["impl"]["impl_name"], "impl.impl_name", where)
+    _check_env(spec.get("env_vars"), "env_vars", where)
+    _check_env((spec.get("device_model_spec") or {}).get("env_vars"), "device_model_spec.env_vars", where)
     dms = spec.get("device_model_spec") or {}
     engine = spec.get("inference_engine") or "vLLM"
     image_version = parse_image_version(spec.get("docker_image"))

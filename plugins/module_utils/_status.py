@@ -9,7 +9,6 @@ volume (alias or directory, weights manifest, kernel cache meshes). Nothing here
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import subprocess
@@ -19,14 +18,12 @@ import urllib.error
 from ansible.module_utils.urls import open_url
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._reuse import read_record
-from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import (
-    MANIFEST_NAME,
-    read_manifest,
-    tensor_cache_meshes,
-    weights_status,
-)
+from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import SafeFileError, open_dir, read_json
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import volume_contents
 
 STATE_SUFFIX = ".json"
+# Accepted bandit B104: binds nothing; an instance published on every address is probed on loopback instead.
+_ANY_IPV4 = "0.0.0.0"  # nosec B104
 _STATE_MAX_BYTES = 1 << 20
 UNIT_PROPERTIES = ("ActiveState", "SubState", "NRestarts", "UnitFileState", "ActiveEnterTimestamp")
 
@@ -35,30 +32,25 @@ def read_state_files(state_dir):
     """Every ``<instance>.json`` in state_dir, sorted by name; unreadable files are reported, not skipped."""
     found = []
     try:
-        names = sorted(os.listdir(state_dir))
+        dirfd = open_dir(state_dir)
     except FileNotFoundError:
         return found
-    for name in names:
-        if not name.endswith(STATE_SUFFIX) or name.startswith("."):
-            continue
-        path = os.path.join(state_dir, name)
-        entry = {"instance": name[: -len(STATE_SUFFIX)], "state_file": path, "error": None, "data": {}}
-        try:
-            st = os.lstat(path)
-            if not stat.S_ISREG(st.st_mode):
-                entry["error"] = "not a regular file"
-            elif st.st_size > _STATE_MAX_BYTES:
-                entry["error"] = f"larger than {_STATE_MAX_BYTES} bytes"
-            else:
-                with open(path, "rb") as handle:
-                    data = json.load(handle)
-                if isinstance(data, dict):
-                    entry["data"] = data
-                else:
-                    entry["error"] = "not a JSON object"
-        except (OSError, ValueError) as exc:
-            entry["error"] = str(exc)
-        found.append(entry)
+    try:
+        names = sorted(os.listdir(dirfd))
+        for name in names:
+            if not name.endswith(STATE_SUFFIX) or name.startswith("."):
+                continue
+            path = os.path.join(state_dir, name)
+            entry = {"instance": name[: -len(STATE_SUFFIX)], "state_file": path, "error": None, "data": {}}
+            try:
+                entry["data"] = read_json(dirfd, name, _STATE_MAX_BYTES, where=state_dir, missing={})
+            except SafeFileError as exc:
+                entry["error"] = exc.reason
+            except OSError as exc:
+                entry["error"] = str(exc)
+            found.append(entry)
+    finally:
+        os.close(dirfd)
     return found
 
 
@@ -110,7 +102,7 @@ def health_url(data):
     port = data.get("port")
     if isinstance(port, int) or (isinstance(port, str) and port.isdigit()):
         host = data.get("bind_host") or "127.0.0.1"
-        if host in ("0.0.0.0", "::", ""):
+        if host in (_ANY_IPV4, "::", ""):
             host = "127.0.0.1"
         return f"http://{host}:{int(port)}/health"
     return None
@@ -154,6 +146,7 @@ def describe_expected(path, model_name):
         "weights_from": None,
         "tt_metal_commit": None,
         "exists": False,
+        "problems": [],
     }
     if not path:
         info["type"] = "unknown"
@@ -188,10 +181,10 @@ def describe_expected(path, model_name):
     }
     meshes = []
     if info["exists"] and model_name:
-        weights_dir = os.path.join(path, "weights", model_name)
-        status = weights_status(weights_dir)
+        contents = volume_contents(path, model_name)
+        status = contents["weights"]
         weights.update(usable=status["usable"], complete=status["complete"], missing_shards=status["missing_shards"])
-        manifest = read_manifest(weights_dir)
+        manifest = contents["manifest"]
         weights["manifest"] = manifest["present"] and manifest["error"] is None
         data = manifest["data"] if isinstance(manifest["data"], dict) else {}
         weights["revision"] = data.get("revision")
@@ -199,8 +192,9 @@ def describe_expected(path, model_name):
         weights["repo_id"] = data.get("repo_id")
         weights["files"] = len(data.get("files") or {}) if isinstance(data.get("files"), dict) else None
         weights["verified"] = data.get("verified_at")
-        weights["manifest_file"] = os.path.join(weights_dir, MANIFEST_NAME)
-        meshes = tensor_cache_meshes(path, model_name)
+        weights["manifest_file"] = manifest["path"]
+        meshes = contents["tensor_cache_meshes"]
+        info["problems"] = contents["problems"]
     info["weights"] = weights
     info["kernel_cache_meshes"] = meshes
     return info

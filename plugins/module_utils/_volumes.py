@@ -12,14 +12,26 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fnmatch
 import glob
 import json
 import os
+import posixpath
 import re
 import secrets
 import stat
 import time
-from pathlib import Path
+
+from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
+    SafeFileError,
+    open_dir,
+    open_file,
+    open_relative,
+    open_subdir,
+    opened_dir,
+    read_bytes,
+    walk,
+)
 
 VOLUME_PREFIX = "volume_id_"
 MANIFEST_NAME = ".ttfleet-manifest.json"
@@ -42,7 +54,7 @@ SHARD_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 _INDEX_MAX_BYTES = 16 << 20
 _MANIFEST_MAX_BYTES = 1 << 20
 
-_VERSION_RE = re.compile(r"^(\d+)\.(\d+)\.(\d+)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$")
+_VERSION_RE = re.compile(r"^(\d+)\.(\d+)\.(\d+)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?\Z")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 _MAX_LINK_HOPS = 40
 
@@ -166,34 +178,102 @@ def match_volume_name(name, impl_id, model_name):
 # Contents of one volume
 
 
-def _first_match(directory, pattern):
-    # pathlib semantics on purpose: upstream uses Path.glob, which also matches
-    # dot files and does not descend into symlinked directories for "**".
+def _names(dirfd):
     try:
-        return next(iter(Path(directory).glob(pattern)), None) is not None
+        return os.listdir(dirfd)
+    except OSError:
+        return []
+
+
+def _any_below(dirfd, pattern):
+    # Upstream's "**" (Path.glob) matches at every depth and does not descend into symlinked directories;
+    # walk() never follows a link either.
+    for _rel, _fd, entries in walk(dirfd, onerror=lambda _exc: None):
+        if any(fnmatch.fnmatchcase(name, pattern) for name, _st in entries):
+            return True
+    return False
+
+
+def _first_match(dirfd, names, pattern):
+    if pattern.startswith("**/"):
+        return _any_below(dirfd, pattern[3:])
+    return any(fnmatch.fnmatchcase(name, pattern) for name in names)
+
+
+def _shard_present(dirfd, shard):
+    """Whether ``shard`` (relative, from an index) is a file below ``dirfd``, without following a link on the way.
+    The shard itself may be a link (older Hugging Face downloads link shards into the hub cache): it is stat'ed,
+    never opened."""
+    parent, name = posixpath.split(shard)
+    try:
+        fd = open_relative(dirfd, parent) if parent else os.dup(dirfd)
+    except (OSError, SafeFileError):
+        return False
+    try:
+        return stat.S_ISREG(os.stat(name, dir_fd=fd).st_mode)
     except OSError:
         return False
+    finally:
+        os.close(fd)
 
 
-def _missing_shards(weights_dir):
+def _missing_shards(dirfd, where, problems):
+    """``(missing shards, checked)``: shards named by a checkpoint index that are absent; ``checked`` is False when
+    an index is a link or a special file (it is never opened), which makes the weights unusable."""
     missing = set()
+    checked = True
     for index_name in SHARD_INDEXES:
-        index_path = os.path.join(weights_dir, index_name)
         try:
-            if os.path.getsize(index_path) > _INDEX_MAX_BYTES:
-                continue
-            with open(index_path, "rb") as handle:
-                weight_map = json.load(handle).get("weight_map") or {}
-        except (OSError, ValueError, AttributeError):
+            fd, st = open_file(dirfd, index_name, where=where)
+        except FileNotFoundError:
+            continue
+        except SafeFileError as exc:
+            problems.append(f"{exc}; the shards it lists cannot be checked, so the weights count as unusable")
+            checked = False
+            continue
+        except OSError as exc:
+            problems.append(f"cannot read {os.path.join(where, index_name)}: {exc.strerror or exc}")
+            continue
+        with os.fdopen(fd, "rb") as handle:
+            raw = handle.read(_INDEX_MAX_BYTES + 1) if st.st_size <= _INDEX_MAX_BYTES else None
+        try:
+            if raw is None or len(raw) > _INDEX_MAX_BYTES:
+                raise ValueError(f"larger than {_INDEX_MAX_BYTES} bytes")
+            weight_map = json.loads(raw.decode("utf-8")).get("weight_map") or {}
+        except (ValueError, AttributeError, RecursionError) as exc:
+            # As before: a broken index does not decide completeness, the upstream rule does.
+            problems.append(f"{os.path.join(where, index_name)} was ignored: {exc}")
             continue
         if not isinstance(weight_map, dict):
             continue
         for shard in set(weight_map.values()):
             if not isinstance(shard, str) or not shard or os.path.isabs(shard) or ".." in shard.split("/"):
                 continue
-            if not os.path.isfile(os.path.join(weights_dir, shard)):
+            if not _shard_present(dirfd, shard):
                 missing.add(shard)
-    return sorted(missing)
+    return sorted(missing), checked
+
+
+def _weights_status_fd(dirfd, weights_dir, problems):
+    status = {"path": weights_dir, "complete": False, "format": None, "missing_shards": [], "usable": False}
+    names = _names(dirfd)
+    for fmt_name, weights_glob, tokenizer_glob, params_glob, tokenizer_optional in WEIGHT_FORMATS:
+        if (
+            _first_match(dirfd, names, weights_glob)
+            and (tokenizer_optional or _first_match(dirfd, names, tokenizer_glob))
+            and _first_match(dirfd, names, params_glob)
+        ):
+            status["complete"] = True
+            status["format"] = fmt_name
+            break
+    if status["complete"]:
+        status["missing_shards"], checked = _missing_shards(dirfd, weights_dir, problems)
+        status["usable"] = checked and not status["missing_shards"]
+    return status
+
+
+def _absent_weights(weights_dir):
+    return {"path": weights_dir, "complete": False, "format": None, "missing_shards": [], "usable": False}
 
 
 def weights_status(weights_dir):
@@ -203,65 +283,114 @@ def weights_status(weights_dir):
     unless optional, and the params file, for any accepted format), ``format``
     names the first format that matched, ``missing_shards`` lists shards named
     by a checkpoint index that are absent, and ``usable`` is complete with no
-    missing shard.
+    missing shard. ``volume_contents`` also says why something could not be read.
     """
-    status = {"path": weights_dir, "complete": False, "format": None, "missing_shards": [], "usable": False}
-    if not os.path.isdir(weights_dir):
-        return status
-    for fmt_name, weights_glob, tokenizer_glob, params_glob, tokenizer_optional in WEIGHT_FORMATS:
-        if (
-            _first_match(weights_dir, weights_glob)
-            and (tokenizer_optional or _first_match(weights_dir, tokenizer_glob))
-            and _first_match(weights_dir, params_glob)
-        ):
-            status["complete"] = True
-            status["format"] = fmt_name
-            break
-    if status["complete"]:
-        status["missing_shards"] = _missing_shards(weights_dir)
-        status["usable"] = not status["missing_shards"]
-    return status
+    try:
+        with opened_dir(weights_dir) as dirfd:
+            return _weights_status_fd(dirfd, weights_dir, [])
+    except (OSError, SafeFileError):
+        return _absent_weights(weights_dir)
+
+
+def _meshes_fd(volume_fd, model_name, where, problems):
+    meshes = []
+    try:
+        cache_fd = open_relative(volume_fd, f"tt_metal_cache/cache_{model_name}", where=where)
+    except FileNotFoundError:
+        return meshes
+    except (OSError, SafeFileError) as exc:
+        problems.append(f"tensor cache not inspected: {exc}")
+        return meshes
+    try:
+        for name in sorted(_names(cache_fd)):
+            try:
+                mesh_fd = open_subdir(cache_fd, name)
+            except (OSError, SafeFileError):
+                # Files and links beside the mesh directories are not meshes.
+                continue
+            try:
+                if _names(mesh_fd):
+                    meshes.append(name)
+            finally:
+                os.close(mesh_fd)
+    finally:
+        os.close(cache_fd)
+    return meshes
 
 
 def tensor_cache_meshes(volume_path, model_name):
     """Mesh directories under ``tt_metal_cache/cache_<model_name>/`` that hold anything."""
-    cache_dir = os.path.join(volume_path, "tt_metal_cache", f"cache_{model_name}")
-    meshes = []
     try:
-        entries = list(os.scandir(cache_dir))
+        with opened_dir(volume_path) as dirfd:
+            return _meshes_fd(dirfd, model_name, volume_path, [])
+    except (OSError, SafeFileError):
+        return []
+
+
+def _manifest_fd(dirfd, weights_path):
+    result = {"path": os.path.join(weights_path, MANIFEST_NAME), "present": False, "data": None, "error": None}
+    try:
+        os.lstat(MANIFEST_NAME, dir_fd=dirfd)
     except OSError:
-        return meshes
-    for entry in entries:
-        try:
-            if not entry.is_dir():
-                continue
-            with os.scandir(entry.path) as inner:
-                if next(inner, None) is not None:
-                    meshes.append(entry.name)
-        except OSError:
-            continue
-    return sorted(meshes)
+        return result
+    result["present"] = True
+    try:
+        data = read_bytes(dirfd, MANIFEST_NAME, _MANIFEST_MAX_BYTES, where=weights_path)
+        result["data"] = json.loads(data.decode("utf-8")) if data is not None else None
+    except SafeFileError as exc:
+        result["error"] = exc.reason
+    except (OSError, ValueError, RecursionError) as exc:
+        result["error"] = str(exc)
+    return result
 
 
 def read_manifest(weights_path):
     """Presence and content of the manifest that ttfleet.inference.model_weights writes beside the weights."""
-    path = os.path.join(weights_path, MANIFEST_NAME)
-    result = {"path": path, "present": False, "data": None, "error": None}
     try:
-        st = os.stat(path)
-    except OSError:
+        with opened_dir(weights_path) as dirfd:
+            return _manifest_fd(dirfd, weights_path)
+    except (OSError, SafeFileError):
+        return {"path": os.path.join(weights_path, MANIFEST_NAME), "present": False, "data": None, "error": None}
+
+
+def volume_contents(path, model_name):
+    """Weights status, tensor cache meshes and weights manifest of the volume ``path`` of ``model_name``.
+
+    The volume's own link (an alias made by volume_alias) is resolved; below it nothing is followed: a link or a
+    special file where a directory, an index or the manifest belongs is reported in ``problems`` (never opened,
+    so a FIFO cannot block)."""
+    weights_dir = os.path.join(path, "weights", model_name)
+    result = {
+        "weights": _absent_weights(weights_dir),
+        "tensor_cache_meshes": [],
+        "manifest": {"path": os.path.join(weights_dir, MANIFEST_NAME), "present": False, "data": None, "error": None},
+        "problems": [],
+    }
+    problems = result["problems"]
+    try:
+        volume_fd = open_dir(os.path.realpath(path))
+    except (OSError, SafeFileError) as exc:
+        problems.append(f"cannot open the volume: {exc}")
         return result
-    result["present"] = True
-    if not stat.S_ISREG(st.st_mode):
-        result["error"] = "not a regular file"
-    elif st.st_size > _MANIFEST_MAX_BYTES:
-        result["error"] = f"larger than {_MANIFEST_MAX_BYTES} bytes"
-    else:
+    try:
         try:
-            with open(path, "rb") as handle:
-                result["data"] = json.load(handle)
-        except (OSError, ValueError) as exc:
-            result["error"] = str(exc)
+            weights_fd = open_relative(volume_fd, f"weights/{model_name}", where=path)
+        except FileNotFoundError:
+            weights_fd = None
+        except (OSError, SafeFileError) as exc:
+            problems.append(f"weights not inspected: {exc}")
+            weights_fd = None
+        if weights_fd is not None:
+            try:
+                result["weights"] = _weights_status_fd(weights_fd, weights_dir, problems)
+                result["manifest"] = _manifest_fd(weights_fd, weights_dir)
+            finally:
+                os.close(weights_fd)
+        result["tensor_cache_meshes"] = _meshes_fd(volume_fd, model_name, path, problems)
+    finally:
+        os.close(volume_fd)
+    if result["manifest"]["error"]:
+        problems.append(f"{result['manifest']['path']}: {result['manifest']['error']}")
     return result
 
 
@@ -271,38 +400,34 @@ def tree_size(path):
     Returns ``(apparent_bytes, disk_bytes, complete)``; ``complete`` is False
     when some part could not be read.
     """
-    apparent = disk = 0
-    complete = True
-    seen = set()
     try:
         top = os.lstat(path)
     except OSError:
         return 0, 0, False
-    apparent += top.st_size
-    disk += top.st_blocks * 512
-    pending = [path] if stat.S_ISDIR(top.st_mode) else []
-    while pending:
-        current = pending.pop()
-        try:
-            entries = list(os.scandir(current))
-        except OSError:
-            complete = False
-            continue
-        for entry in entries:
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
-                complete = False
-                continue
-            if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):
-                key = (st.st_dev, st.st_ino)
-                if key in seen:
-                    continue
-                seen.add(key)
-            apparent += st.st_size
-            disk += st.st_blocks * 512
-            if stat.S_ISDIR(st.st_mode):
-                pending.append(entry.path)
+    apparent = top.st_size
+    disk = top.st_blocks * 512
+    if not stat.S_ISDIR(top.st_mode):
+        return apparent, disk, True
+    complete = True
+    seen = set()
+
+    def incomplete(_exc):
+        nonlocal complete
+        complete = False
+
+    try:
+        with opened_dir(path) as dirfd:
+            for _rel, _fd, entries in walk(dirfd, path, onerror=incomplete):
+                for _name, st in entries:
+                    if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):
+                        key = (st.st_dev, st.st_ino)
+                        if key in seen:
+                            continue
+                        seen.add(key)
+                    apparent += st.st_size
+                    disk += st.st_blocks * 512
+    except (OSError, SafeFileError):
+        complete = False
     return apparent, disk, complete
 
 
@@ -342,17 +467,18 @@ def describe_volume(path, model_name=None, sizes=False):
     info["mtime"] = st.st_mtime if st is not None else lst.st_mtime
     model = info["model_name"]
     if info["exists"] and model:
-        info["weights"] = weights_status(os.path.join(path, "weights", model))
-        info["tensor_cache_meshes"] = tensor_cache_meshes(path, model)
+        info.update(volume_contents(path, model))
     else:
-        info["weights"] = weights_status(os.path.join(path, "weights", model or ""))
+        weights_dir = os.path.join(path, "weights", model or "")
+        info["weights"] = _absent_weights(weights_dir)
         info["tensor_cache_meshes"] = []
-    weights_dir = os.path.join(path, "weights", model or "")
-    info["manifest"] = (
-        read_manifest(weights_dir)
-        if info["exists"] and model
-        else {"path": os.path.join(weights_dir, MANIFEST_NAME), "present": False, "data": None, "error": None}
-    )
+        info["manifest"] = {
+            "path": os.path.join(weights_dir, MANIFEST_NAME),
+            "present": False,
+            "data": None,
+            "error": None,
+        }
+        info["problems"] = []
     if sizes:
         if info["exists"]:
             apparent, disk, complete = tree_size(info["realpath"])
@@ -458,6 +584,7 @@ def expected_volume(root, derived, volumes=(), sizes=False):
                 "link_target": None,
                 "realpath": None,
                 "exists": False,
+                "problems": [],
             }
     entry["is_alias"] = entry["type"] == "link"
     entry["mesh"] = derived.get("mesh")

@@ -9,9 +9,13 @@ written is a plain ``--local-dir`` snapshot, never the HF cache with its symlink
 The work is split so that check mode and tests can stop at any stage: ``list_hf_source`` /
 ``list_path_source`` describe the source, ``plan_weights`` compares it with the destination and its
 manifest (reading only), ``check_disk`` refuses before anything is written, ``fetch_hf`` /
-``fetch_path`` fill a staging directory beside the destination (same filesystem, resumable), and
-``place_files`` + ``write_manifest`` move complete files into place with ``os.replace``.
-``sync_weights`` runs the stages in order for the module.
+``fetch_path`` fill a staging directory beside the destination (same filesystem, resumable, root's 0700),
+``place_files`` + ``write_manifest`` move complete files into place, and ``apply_layout`` gives the weights
+(and their volume) the ownership layout. ``sync_weights`` runs the stages in order for the module.
+
+The container user may own the volume, ``weights/`` and the staging directory (an older release, a factory
+volume), so every file operation goes through ``_safefile``: directory descriptors, no link followed, no
+special file opened, random O_EXCL temporary names, owner and mode set on descriptors.
 """
 
 from __future__ import annotations
@@ -24,8 +28,6 @@ import http.client
 import json
 import os
 import re
-import secrets
-import shutil
 import socket
 import stat
 import time
@@ -34,8 +36,37 @@ import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._facts import nearest_existing
-from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client, S3Error
+from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import (
+    S3Client,
+    S3Error,
+    content_range_start,
+    hide_userinfo,
+)
+from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
+    SafeFileError,
+    copy_file,
+    ensure_dir,
+    free_bytes,
+    human_bytes,
+    kind_of,
+    make_path,
+    makedirs,
+    nearest_existing,
+    open_dir,
+    open_file,
+    open_nearest,
+    open_relative,
+    open_subdir,
+    opened_dir,
+    own_tree,
+    read_json,
+    remove_tree,
+    rename,
+    set_attrs,
+    unlink,
+    walk,
+    write_json,
+)
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
 
 STAGING_NAME = ".ttfleet-staging"
@@ -48,8 +79,17 @@ DEFAULT_IGNORE_PATTERNS = ("original/**",)
 MANIFEST_SCHEMA = 1
 HASH_CHUNK = 8 << 20
 NET_CHUNK = 1 << 20
+# Weights are root's and read-only to the serving container: files 0644 (0755 with an execute bit), dirs 0755.
 FILE_MODE = 0o644
+EXEC_MODE = 0o755
 DIR_MODE = 0o755
+# Staging is root's scratch space: nobody else may add, swap or read partial files there.
+STAGING_MODE = 0o700
+ROOT_OWNER = (0, 0)
+# The directories of a volume the serving container writes (kernel caches, logs, its symlink map, its HF home).
+WRITABLE_SUBDIRS = ("tt_metal_cache", "logs", "model_file_symlinks_map", "huggingface")
+# Path sources: top-level directories that are never model files.
+_SKIPPED_TOP = (STAGING_NAME, ".cache", ".git")
 STATUS_INTERVAL = 2.0
 NET_ATTEMPTS = 3
 _MANIFEST_MAX_BYTES = 64 << 20
@@ -64,6 +104,10 @@ class WeightsError(Exception):
 
 
 # ---------------------------------------------------------------------------
+# Paths
+
+
+# ---------------------------------------------------------------------------
 # Text
 
 
@@ -73,17 +117,7 @@ def scrub(text, *secret_values):
     for value in secret_values:
         if value:
             text = text.replace(value, "********")
-    return re.sub(r"(://)[^/@\s]+@", r"\1********@", text)
-
-
-def human_bytes(count):
-    """``1.5 GiB`` style text, binary units as tt-inference-server counts disk."""
-    value = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"
+    return hide_userinfo(text)
 
 
 def is_commit_sha(revision):
@@ -168,7 +202,7 @@ def blob_header(size):
 
 
 def git_blob_sha1(content):
-    return hashlib.sha1(blob_header(len(content)) + content).hexdigest()
+    return hashlib.sha1(blob_header(len(content)) + content, usedforsecurity=False).hexdigest()
 
 
 class Digests:
@@ -178,7 +212,7 @@ class Digests:
         self.sha256 = hashlib.sha256()
         self.sha1 = None
         if blob_size is not None:
-            self.sha1 = hashlib.sha1(blob_header(blob_size))
+            self.sha1 = hashlib.sha1(blob_header(blob_size), usedforsecurity=False)
 
     def update(self, data):
         self.sha256.update(data)
@@ -190,9 +224,14 @@ class Digests:
 
 
 def hash_file(path, blob=False):
-    """Digests of one file read in 8 MiB blocks; ``blob`` adds the git blob sha1."""
-    with open(path, "rb") as handle:
-        size = os.fstat(handle.fileno()).st_size
+    """Digests of the regular file ``path`` read in 8 MiB blocks; ``blob`` adds the git blob sha1.
+
+    Opened without following a link and refused when it is not a regular file (a FIFO never blocks)."""
+    directory, name = os.path.split(path)
+    with opened_dir(directory) as dirfd:
+        fd, st = open_file(dirfd, name, where=directory)
+    with os.fdopen(fd, "rb") as handle:
+        size = st.st_size
         digests = Digests(size if blob else None)
         while True:
             block = handle.read(HASH_CHUNK)
@@ -205,7 +244,8 @@ def hash_file(path, blob=False):
 
 
 def hash_files(requests, workers):
-    """Hash ``{key: (path, blob)}`` in parallel; returns ``{key: digests}`` (an OSError becomes ``{"error"}``).
+    """Hash ``{key: (path, blob)}`` in parallel; returns ``{key: digests}`` (a file that cannot be read, or is
+    no regular file, becomes ``{"error"}``).
 
     hashlib releases the GIL on large blocks, so threads use several cores.
     """
@@ -214,6 +254,8 @@ def hash_files(requests, workers):
         key, (path, blob) = item
         try:
             return key, hash_file(path, blob)
+        except SafeFileError as exc:
+            return key, {"error": str(exc)}
         except OSError as exc:
             return key, {"error": f"{path}: {exc.strerror or exc}"}
 
@@ -380,43 +422,64 @@ def hf_files(entries, allow_patterns=None, ignore_patterns=DEFAULT_IGNORE_PATTER
 
 
 def list_path_source(root, allow_patterns=None, ignore_patterns=DEFAULT_IGNORE_PATTERNS):
-    """Files under a local or NFS directory (symlinked files are read through, as in an HF cache snapshot).
+    """Regular files under a local or NFS directory, walked without following a link.
 
+    A link or special file among the files kept by the patterns is refused: a user who can write the source
+    could point it at a file only root may read, which would then be copied into the weights readable by all.
     Digests are left empty: they are computed only when a comparison needs them.
     """
-    if not os.path.isdir(root):
-        raise WeightsError(f"path {root} is not a directory; point path at a directory holding the model files")
+    try:
+        rootfd = open_dir(root)
+    except (OSError, SafeFileError) as exc:
+        why = exc.reason if isinstance(exc, SafeFileError) else (exc.strerror or exc)
+        raise WeightsError(
+            f"path {root} is not a directory ({why}); point path at a directory holding the model files"
+        ) from None
 
     def unreadable(exc):
-        raise WeightsError(f"cannot list {exc.filename} in path {root}: {exc.strerror or exc}")
+        raise WeightsError(f"cannot list {exc} in path {root}; run again, or fix the directory") from None
 
-    found = {}
-    for current, dirs, names in os.walk(root, onerror=unreadable, followlinks=False):
-        rel_dir = os.path.relpath(current, root)
-        dirs[:] = sorted(d for d in dirs if not (rel_dir == "." and d in (STAGING_NAME, ".cache", ".git")))
-        for name in names:
-            rel = name if rel_dir == "." else f"{rel_dir.replace(os.sep, '/')}/{name}"
-            if rel == MANIFEST_NAME or name.endswith(PART_SUFFIX) or name.startswith(TEMP_PREFIX):
+    found, refused = {}, {}
+    try:
+        for rel_dir, _fd, entries in walk(rootfd, root, onerror=unreadable):
+            if rel_dir.split("/")[0] in _SKIPPED_TOP:
                 continue
-            full = os.path.join(current, name)
-            try:
-                st = os.stat(full)
-            except OSError as exc:
-                raise WeightsError(f"cannot read {full} in path {root}: {exc.strerror or exc}") from None
-            if not stat.S_ISREG(st.st_mode):
-                continue
-            check_relpath(rel, f"path {root}")
-            found[rel] = {
-                "path": rel,
-                "size": st.st_size,
-                "lfs": False,
-                "sha256": None,
-                "blob_sha1": None,
-                "src": os.path.realpath(full),
-                "dev": st.st_dev,
-                "ino": st.st_ino,
-                "src_mode": st.st_mode,
-            }
+            for name, st in entries:
+                if not rel_dir and name in _SKIPPED_TOP:
+                    continue
+                rel = f"{rel_dir}/{name}" if rel_dir else name
+                if stat.S_ISDIR(st.st_mode):
+                    continue
+                if rel == MANIFEST_NAME or name.endswith(PART_SUFFIX) or name.startswith(TEMP_PREFIX):
+                    continue
+                if not stat.S_ISREG(st.st_mode):
+                    refused[rel] = kind_of(st.st_mode)
+                    continue
+                check_relpath(rel, f"path {root}")
+                found[rel] = {
+                    "path": rel,
+                    "size": st.st_size,
+                    "lfs": False,
+                    "sha256": None,
+                    "blob_sha1": None,
+                    "src": os.path.join(root, rel),
+                    "dev": st.st_dev,
+                    "ino": st.st_ino,
+                    "src_mode": st.st_mode,
+                    "src_owner": (st.st_uid, st.st_gid),
+                }
+    except OSError as exc:
+        raise WeightsError(f"cannot list path {root}: {exc.strerror or exc}") from None
+    finally:
+        os.close(rootfd)
+    bad = filter_paths(sorted(refused), allow_patterns, ignore_patterns)
+    if bad:
+        raise WeightsError(
+            f"path {root} holds {bad[0]}, a {refused[bad[0]]}"
+            + (f" (and {len(bad) - 1} more links or special files)" if len(bad) > 1 else "")
+            + ": model_weights reads only regular files from a path source and never follows a link. Replace it "
+            "with the file itself, or leave it out with ignore_patterns"
+        )
     return [found[path] for path in filter_paths(sorted(found), allow_patterns, ignore_patterns)]
 
 
@@ -577,34 +640,14 @@ class PeerFiles(Hub):
 # Manifest and staging state
 
 
-def _atomic_write_json(path, data, mode=FILE_MODE, owner=None):
-    directory = os.path.dirname(path)
-    temp = os.path.join(directory, f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}")
+def _read_manifest(dirfd, where):
+    """The manifest in ``dirfd``, or None when it is absent or is no small regular file holding JSON (a link or
+    FIFO planted in its place counts as absent: the files are then hashed and the manifest written anew)."""
+    if dirfd is None:
+        return None
     try:
-        with open(temp, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=1, sort_keys=True)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temp, mode)
-        if owner is not None:
-            _chown(temp, owner)
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
-
-
-def read_json(path, limit=_MANIFEST_MAX_BYTES):
-    """Content of a small JSON file we wrote, or None when missing, too large or unreadable."""
-    try:
-        st = os.lstat(path)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
-            return None
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except (OSError, ValueError):
+        return read_json(dirfd, MANIFEST_NAME, _MANIFEST_MAX_BYTES, where=where)
+    except SafeFileError:
         return None
 
 
@@ -647,9 +690,10 @@ def _manifest_body(manifest):
 
 
 def write_manifest(dest, manifest, owner=None):
-    path = os.path.join(dest, MANIFEST_NAME)
-    _atomic_write_json(path, manifest, owner=owner)
-    return path
+    """Replace the manifest of ``dest`` atomically (random temporary name, rename inside dest)."""
+    with opened_dir(dest) as dirfd:
+        write_json(dirfd, MANIFEST_NAME, manifest, FILE_MODE, owner, where=dest)
+    return os.path.join(dest, MANIFEST_NAME)
 
 
 def staging_dir(dest):
@@ -658,25 +702,80 @@ def staging_dir(dest):
     return os.path.join(parent, STAGING_NAME, os.path.basename(os.path.normpath(dest)))
 
 
-def _read_staging_state(staging, identity):
+def _ours(st):
+    """Whether a directory is staging this process can trust: a real directory of its own user, mode 0700."""
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077
+
+
+def _open_staging_read(dest):
+    """Descriptor of the staging directory of ``dest`` when it exists and is ours, else None (reads only)."""
+    parent, name = os.path.split(dest)
+    try:
+        with opened_dir(parent) as pfd:
+            top = open_subdir(pfd, STAGING_NAME)
+    except (OSError, SafeFileError):
+        return None
+    try:
+        if not _ours(os.fstat(top)):
+            return None
+        fd = open_subdir(top, name)
+    except (OSError, SafeFileError):
+        return None
+    finally:
+        os.close(top)
+    if not _ours(os.fstat(fd)):
+        os.close(fd)
+        return None
+    return fd
+
+
+def _own_dir(parent_fd, name, where):
+    """Descriptor of staging directory ``name`` in ``parent_fd``, ours and 0700. Whatever else holds the name
+    (a link, a file, a directory of another user, as an older release left it chowned to the container) is
+    removed first, without following a link: it is scratch space that nothing may be trusted from."""
+    with contextlib.suppress(FileNotFoundError):
+        if not _ours(os.lstat(name, dir_fd=parent_fd)):
+            remove_tree(parent_fd, name)
+    fd = ensure_dir(parent_fd, name, STAGING_MODE, None, where)[0]
+    if not _ours(os.fstat(fd)):
+        os.close(fd)
+        raise WeightsError(f"{os.path.join(where, name)} was replaced while it was prepared; run again")
+    return fd
+
+
+def _read_staging_state(staging_fd, identity):
     """Files a previous run finished in staging, or None when staging is absent or was for another source."""
-    state = read_json(os.path.join(staging, STAGING_STATE))
+    if staging_fd is None:
+        return None
+    try:
+        state = read_json(staging_fd, STAGING_STATE, _MANIFEST_MAX_BYTES)
+    except SafeFileError:
+        return None
     if not isinstance(state, dict) or state.get("identity") != identity or not isinstance(state.get("files"), dict):
         return None
     return state["files"]
 
 
-def _open_staging(plan, owner):
-    """Staging ready for this source: kept when its state matches (resume), else cleared and started anew."""
-    staging = plan["staging"]
+def _open_staging(plan):
+    """``(descriptor, staged files)`` of staging ready for this source: kept when its state matches (resume),
+    else cleared and started anew. The parent of dest must exist."""
+    parent, name = os.path.split(plan["dest"])
+    with opened_dir(parent) as pfd:
+        top = _own_dir(pfd, STAGING_NAME, parent)
+    try:
+        if plan["staged"] is None:
+            remove_tree(top, name)
+        fd = _own_dir(top, name, os.path.join(parent, STAGING_NAME))
+    finally:
+        os.close(top)
     if plan["staged"] is None:
-        clear_staging(staging)
-        _makedirs(staging, owner)
-        _atomic_write_json(
-            os.path.join(staging, STAGING_STATE), {"identity": plan["identity"], "files": {}}, owner=owner
-        )
-        return {}
-    return dict(plan["staged"])
+        try:
+            write_json(fd, STAGING_STATE, {"identity": plan["identity"], "files": {}}, 0o600)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, {}
+    return fd, dict(plan["staged"])
 
 
 def _expected_key(item):
@@ -688,17 +787,72 @@ def _expected_key(item):
     return f"size:{item['size']}"
 
 
+def _split(rel):
+    reldir, _sep, leaf = rel.rpartition("/")
+    return reldir, leaf
+
+
+def _size_at(dirfd, name):
+    """Size of regular file ``name`` in ``dirfd``; None when absent or not a regular file."""
+    if dirfd is None:
+        return None
+    try:
+        st = os.lstat(name, dir_fd=dirfd)
+    except OSError:
+        return None
+    return st.st_size if stat.S_ISREG(st.st_mode) else None
+
+
+def _staged_size(staging_fd, rel, suffix=""):
+    """Size of the staged file (or part, with ``suffix``) of ``rel``; None when there is none."""
+    if staging_fd is None:
+        return None
+    reldir, leaf = _split(rel)
+    try:
+        fd = open_relative(staging_fd, reldir)
+    except (OSError, SafeFileError):
+        return None
+    try:
+        return _size_at(fd, leaf + suffix)
+    finally:
+        os.close(fd)
+
+
 # ---------------------------------------------------------------------------
 # Planning
 
 
-def _dest_state(path):
+def _open_existing(path):
+    """Descriptor of directory ``path``, None when it does not exist; a link a non-root user could have planted
+    on the way (``weights/<model>`` swapped for a link to a root-only directory) is refused, never followed."""
     try:
-        st = os.lstat(path)
+        return open_dir(path)
+    except FileNotFoundError:
+        return None
+    except SafeFileError as exc:
+        raise WeightsError(f"{exc}; move it away and run again") from None
+
+
+def _dest_state(dest_fd, dest, rel):
+    """``(lstat, kind)`` of ``rel`` below ``dest_fd``: missing, directory, not_regular or file. A link or a
+    file in place of a directory between dest and the file is refused: writes must stay inside dest."""
+    if dest_fd is None:
+        return None, "missing"
+    reldir, leaf = _split(rel)
+    try:
+        fd = open_relative(dest_fd, reldir, where=dest)
     except FileNotFoundError:
         return None, "missing"
-    except NotADirectoryError:
-        return None, "blocked"
+    except SafeFileError as exc:
+        raise WeightsError(
+            f"{exc.path} is a symlink or file where the model needs a directory; move it away and run again"
+        ) from None
+    try:
+        st = os.lstat(leaf, dir_fd=fd)
+    except FileNotFoundError:
+        return None, "missing"
+    finally:
+        os.close(fd)
     if stat.S_ISDIR(st.st_mode):
         return st, "directory"
     if not stat.S_ISREG(st.st_mode):
@@ -706,41 +860,39 @@ def _dest_state(path):
     return st, "file"
 
 
-def _check_inside(dest, rel):
-    """Refuse symlinked or non-directory components between dest and a file: writes must stay inside dest."""
-    current = dest
-    for part in rel.split("/")[:-1]:
-        current = os.path.join(current, part)
-        try:
-            st = os.lstat(current)
-        except FileNotFoundError:
-            return
-        if not stat.S_ISDIR(st.st_mode):
-            raise WeightsError(
-                f"{current} is a symlink or file where the model needs a directory; move it away and run again"
-            )
-
-
-def _extra_files(dest, wanted, limit=50):
-    extra = []
-    if not os.path.isdir(dest):
-        return extra
-    for current, dirs, names in os.walk(dest, followlinks=False):
-        dirs.sort()
-        rel_dir = os.path.relpath(current, dest)
-        for name in sorted(names):
-            rel = name if rel_dir == "." else f"{rel_dir.replace(os.sep, '/')}/{name}"
-            if rel != MANIFEST_NAME and rel not in wanted:
-                extra.append(rel)
-                if len(extra) >= limit:
-                    return extra
-    return extra
+def wanted_mode(mode):
+    """The mode a weights file gets: 0755 when it has an execute bit, else 0644 (directories 0755)."""
+    if stat.S_ISDIR(mode):
+        return DIR_MODE
+    return EXEC_MODE if mode & 0o111 else FILE_MODE
 
 
 def _attrs_ok(st, owner):
-    if stat.S_IMODE(st.st_mode) != FILE_MODE:
+    if stat.S_IMODE(st.st_mode) != wanted_mode(st.st_mode):
         return False
-    return owner is None or (st.st_uid, st.st_gid) == owner
+    return owner is None or (st.st_uid, st.st_gid) == tuple(owner)
+
+
+def _scan_dest(dest_fd, dest, wanted, owner, limit=50):
+    """One walk of dest (no link followed): ``(extra, reown, skipped)``. ``extra``: files that are not part of
+    the source (at most ``limit``); ``reown``: directories and files whose owner or mode differ from the
+    layout (``.`` is dest itself); ``skipped``: links and special files, which the layout leaves alone."""
+    extra, reown, skipped = [], [], []
+    if dest_fd is None:
+        return extra, reown, skipped
+    if not _attrs_ok(os.fstat(dest_fd), owner):
+        reown.append(".")
+    for rel_dir, _fd, entries in walk(dest_fd, dest):
+        for name, st in entries:
+            rel = f"{rel_dir}/{name}" if rel_dir else name
+            if stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode):
+                if not _attrs_ok(st, owner):
+                    reown.append(rel)
+            else:
+                skipped.append(rel)
+            if not stat.S_ISDIR(st.st_mode) and rel != MANIFEST_NAME and rel not in wanted and len(extra) < limit:
+                extra.append(rel)
+    return extra, reown, skipped
 
 
 def plan_weights(files, dest, identity, verify="auto", workers=4, owner=None, endpoint=None):
@@ -750,120 +902,131 @@ def plan_weights(files, dest, identity, verify="auto", workers=4, owner=None, en
     same size (and sha256 for LFS files), ``auto`` is size when the manifest matches the source and
     sha256 otherwise. A file the manifest does not cover is hashed in every mode. Returns a plan dict:
     files (with sha256 filled in where known), to_fetch, missing, wrong_size, corrupt, not_regular,
-    extra, attrs (files whose owner or mode need fixing), bytes, staged state and the mode used.
+    extra, attrs (directories and files whose owner or mode need fixing), skipped (links and special files
+    left in dest), bytes, staged state and the mode used.
     """
     dest = os.path.normpath(dest)
-    manifest = read_json(os.path.join(dest, MANIFEST_NAME))
-    matches = manifest_matches(manifest, identity)
-    mode = verify if verify != "auto" else ("size" if matches else "sha256")
-    recorded = manifest["files"] if matches else {}
-    files = [dict(item) for item in files]
-    plan = {
-        "dest": dest,
-        "identity": identity,
-        "endpoint": endpoint,
-        "verified": mode,
-        "files": files,
-        "manifest": manifest,
-        "manifest_matches": matches,
-        "to_fetch": [],
-        "missing": [],
-        "wrong_size": [],
-        "corrupt": [],
-        "not_regular": [],
-        "attrs": [],
-        "hashed": [],
-    }
-    to_hash = {}
-    for item in files:
-        rel = item["path"]
-        _check_inside(dest, rel)
-        st, kind = _dest_state(os.path.join(dest, *rel.split("/")))
-        item["dest_ino"] = None
-        if kind in ("missing", "blocked"):
-            plan["missing"].append(rel)
-            continue
-        if kind == "directory":
-            raise WeightsError(f"{os.path.join(dest, rel)} is a directory where the model has a file; move it away")
-        if kind == "not_regular":
-            plan["not_regular"].append(rel)
-            continue
-        if st.st_size != item["size"]:
-            plan["wrong_size"].append(rel)
-            continue
-        item["dest_ino"] = (st.st_dev, st.st_ino)
-        if "src" in item and (item["dev"], item["ino"]) == (st.st_dev, st.st_ino):
-            item["linked"] = True
-        elif not _attrs_ok(st, owner):
-            plan["attrs"].append(rel)
-        entry = recorded.get(rel)
-        trusted = (
-            mode == "size"
-            and isinstance(entry, dict)
-            and entry.get("size") == item["size"]
-            and isinstance(entry.get("sha256"), str)
-            and (item["sha256"] is None or entry["sha256"] == item["sha256"])
-        )
-        if trusted:
-            item["sha256"] = entry["sha256"]
-            continue
-        if item.get("linked"):
-            # Same inode as the source: identical by construction, one hash gives the manifest its digest.
-            to_hash[("dest", rel)] = (os.path.join(dest, rel), False)
-            continue
-        to_hash[("dest", rel)] = (os.path.join(dest, rel), item["blob_sha1"] is not None)
-        if "src" in item:
-            to_hash[("src", rel)] = (item["src"], False)
+    dest_fd = _open_existing(dest)
+    staging_fd = None
+    try:
+        manifest = _read_manifest(dest_fd, dest)
+        matches = manifest_matches(manifest, identity)
+        mode = verify if verify != "auto" else ("size" if matches else "sha256")
+        recorded = manifest["files"] if matches else {}
+        files = [dict(item) for item in files]
+        plan = {
+            "dest": dest,
+            "identity": identity,
+            "endpoint": endpoint,
+            "verified": mode,
+            "files": files,
+            "manifest": manifest,
+            "manifest_matches": matches,
+            "to_fetch": [],
+            "missing": [],
+            "wrong_size": [],
+            "corrupt": [],
+            "not_regular": [],
+            "attrs": [],
+            "hashed": [],
+        }
+        to_hash = {}
+        for item in files:
+            rel = item["path"]
+            st, kind = _dest_state(dest_fd, dest, rel)
+            item["dest_ino"] = None
+            if kind == "missing":
+                plan["missing"].append(rel)
+                continue
+            if kind == "directory":
+                raise WeightsError(f"{os.path.join(dest, rel)} is a directory where the model has a file; move it away")
+            if kind == "not_regular":
+                plan["not_regular"].append(rel)
+                continue
+            if st.st_size != item["size"]:
+                plan["wrong_size"].append(rel)
+                continue
+            item["dest_ino"] = (st.st_dev, st.st_ino)
+            if "src" in item and (item["dev"], item["ino"]) == (st.st_dev, st.st_ino):
+                item["linked"] = True
+            entry = recorded.get(rel)
+            trusted = (
+                mode == "size"
+                and isinstance(entry, dict)
+                and entry.get("size") == item["size"]
+                and isinstance(entry.get("sha256"), str)
+                and (item["sha256"] is None or entry["sha256"] == item["sha256"])
+            )
+            if trusted:
+                item["sha256"] = entry["sha256"]
+                continue
+            if item.get("linked"):
+                # Same inode as the source: identical by construction, one hash gives the manifest its digest.
+                to_hash[("dest", rel)] = (os.path.join(dest, rel), False)
+                continue
+            to_hash[("dest", rel)] = (os.path.join(dest, rel), item["blob_sha1"] is not None)
+            if "src" in item:
+                to_hash[("src", rel)] = (item["src"], False)
 
-    digests = hash_files(to_hash, workers)
-    for item in files:
-        rel = item["path"]
-        got = digests.get(("dest", rel))
-        if got is None:
-            continue
-        plan["hashed"].append(rel)
-        if "error" in got:
-            raise WeightsError(f"cannot read {got['error']}; fix its permissions or remove it")
-        if item.get("linked"):
-            ok = True
-        elif "src" in item:
-            src = digests[("src", rel)]
-            if "error" in src:
-                raise WeightsError(f"cannot read source file {src['error']}")
-            ok = got["sha256"] == src["sha256"]
-        elif item["sha256"] is not None:
-            ok = got["sha256"] == item["sha256"]
-        else:
-            ok = got["blob_sha1"] == item["blob_sha1"]
-        if ok:
-            item["sha256"] = got["sha256"]
-        else:
-            plan["corrupt"].append(rel)
+        digests = hash_files(to_hash, workers)
+        for item in files:
+            rel = item["path"]
+            got = digests.get(("dest", rel))
+            if got is None:
+                continue
+            plan["hashed"].append(rel)
+            if "error" in got:
+                raise WeightsError(f"cannot read {got['error']}; fix its permissions or remove it")
+            if item.get("linked"):
+                ok = True
+            elif "src" in item:
+                src = digests[("src", rel)]
+                if "error" in src:
+                    raise WeightsError(f"cannot read source file {src['error']}")
+                ok = got["sha256"] == src["sha256"]
+            elif item["sha256"] is not None:
+                ok = got["sha256"] == item["sha256"]
+            else:
+                ok = got["blob_sha1"] == item["blob_sha1"]
+            if ok:
+                item["sha256"] = got["sha256"]
+            else:
+                plan["corrupt"].append(rel)
 
-    bad = set(plan["missing"]) | set(plan["wrong_size"]) | set(plan["corrupt"]) | set(plan["not_regular"])
-    plan["to_fetch"] = [item["path"] for item in files if item["path"] in bad]
-    plan["attrs"] = [rel for rel in plan["attrs"] if rel not in bad]
-    by_path = {item["path"]: item for item in files}
-    staging = staging_dir(dest)
-    staged = _read_staging_state(staging, identity)
-    bytes_to_fetch = bytes_on_disk = bytes_staged = 0
-    for rel in plan["to_fetch"]:
-        item = by_path[rel]
-        done = (staged or {}).get(rel)
-        final = os.path.join(staging, *rel.split("/"))
-        if isinstance(done, dict) and done.get("expected") == _expected_key(item) and _size_of(final) == item["size"]:
-            bytes_staged += item["size"]
-            continue
-        partial = min(_size_of(final + PART_SUFFIX) or 0, item["size"]) if staged is not None else 0
-        bytes_staged += partial
-        if "src" in item and _same_filesystem(item, staging):
-            continue
-        bytes_to_fetch += item["size"] - partial
-        bytes_on_disk += item["size"] - partial
+        bad = set(plan["missing"]) | set(plan["wrong_size"]) | set(plan["corrupt"]) | set(plan["not_regular"])
+        plan["to_fetch"] = [item["path"] for item in files if item["path"] in bad]
+        by_path = {item["path"]: item for item in files}
+        extra, reown, skipped = _scan_dest(dest_fd, dest, set(by_path), owner)
+        plan["attrs"] = [rel for rel in reown if rel not in bad]
+        plan["skipped"] = [rel for rel in skipped if rel not in bad]
+        staging = staging_dir(dest)
+        staging_fd = _open_staging_read(dest)
+        staged = _read_staging_state(staging_fd, identity)
+        bytes_to_fetch = bytes_on_disk = bytes_staged = 0
+        for rel in plan["to_fetch"]:
+            item = by_path[rel]
+            done = (staged or {}).get(rel)
+            if (
+                isinstance(done, dict)
+                and done.get("expected") == _expected_key(item)
+                and _staged_size(staging_fd, rel) == item["size"]
+            ):
+                bytes_staged += item["size"]
+                continue
+            partial = min(_staged_size(staging_fd, rel, PART_SUFFIX) or 0, item["size"]) if staged is not None else 0
+            bytes_staged += partial
+            if "src" in item and _linkable(item, owner) and _same_filesystem(item, staging):
+                continue
+            bytes_to_fetch += item["size"] - partial
+            bytes_on_disk += item["size"] - partial
+    finally:
+        for fd in (dest_fd, staging_fd):
+            if fd is not None:
+                os.close(fd)
     plan.update(
         staging=staging,
         staged=staged,
-        extra=_extra_files(dest, set(by_path)),
+        extra=extra,
         files_total=len(files),
         bytes_total=sum(item["size"] for item in files),
         bytes_to_fetch=bytes_to_fetch,
@@ -874,27 +1037,29 @@ def plan_weights(files, dest, identity, verify="auto", workers=4, owner=None, en
     return plan
 
 
-def _size_of(path):
+def _device_near(path):
+    """Device of ``path`` or of its nearest existing parent, opened without following a planted link."""
     try:
-        st = os.lstat(path)
-    except OSError:
+        fd = open_nearest(path)[0]
+    except (OSError, SafeFileError):
         return None
-    return st.st_size if stat.S_ISREG(st.st_mode) else None
+    try:
+        return os.fstat(fd).st_dev
+    finally:
+        os.close(fd)
+
+
+def _linkable(item, owner):
+    """Whether a path-source file may be shared by a hardlink: it must already be what the weights need (the
+    owner and mode of the layout, so nothing has to change on an inode that the source shares). Any other
+    file is copied, and the copy never takes the source's owner or mode."""
+    mode = item["src_mode"]
+    return stat.S_IMODE(mode) == wanted_mode(mode) and (owner is None or tuple(item["src_owner"]) == tuple(owner))
 
 
 def _same_filesystem(item, staging):
-    """Whether a path-source file can be hardlinked into staging (and is safe to share: not world-writable)."""
-    if item["src_mode"] & stat.S_IWOTH:
-        return False
-    try:
-        return os.stat(nearest_existing(staging)).st_dev == item["dev"]
-    except OSError:
-        return False
-
-
-def free_bytes(path):
-    st = os.statvfs(path)
-    return st.f_bavail * st.f_frsize
+    """Whether a path-source file is on the filesystem of staging (so it can be hardlinked there)."""
+    return _device_near(staging) == item["dev"]
 
 
 def check_disk(dest, needed, margin_bytes, host, what):
@@ -961,64 +1126,53 @@ class Progress:
         if not self.status_file:
             return
         self.written = self.clock() if now is None else now
-        with contextlib.suppress(OSError):
-            _atomic_write_json(self.status_file, self.snapshot(now, state))
+        directory, name = os.path.split(os.path.abspath(self.status_file))
+        # Progress is advisory: a status file that cannot be written never stops a transfer.
+        with contextlib.suppress(OSError, SafeFileError), opened_dir(directory) as dirfd:
+            write_json(dirfd, name, self.snapshot(now, state), where=directory)
 
 
 # ---------------------------------------------------------------------------
 # Fetching into staging
 
 
-def _makedirs(path, owner):
-    missing = []
-    current = path
-    while not os.path.isdir(current):
-        missing.append(current)
-        current = os.path.dirname(current)
-    for directory in reversed(missing):
-        os.mkdir(directory, DIR_MODE)
-        os.chmod(directory, DIR_MODE)
-        if owner is not None:
-            _chown(directory, owner)
-
-
-def _chown(path, owner):
-    try:
-        st = os.lstat(path)
-        if (st.st_uid, st.st_gid) != owner:
-            os.lchown(path, owner[0], owner[1])
-    except PermissionError:
-        raise WeightsError(
-            f"cannot give {path} to uid {owner[0]} gid {owner[1]} as uid {os.getuid()}; run the task with "
-            "become: true, or set owner and group to the user running it"
-        ) from None
-
-
-def _record_staged(staging, identity, staged, rel, item, owner):
+def _record_staged(staging_fd, identity, staged, rel, item):
     staged[rel] = {"expected": _expected_key(item), "sha256": item["sha256"], "size": item["size"]}
-    _atomic_write_json(os.path.join(staging, STAGING_STATE), {"identity": identity, "files": staged}, owner=owner)
+    write_json(staging_fd, STAGING_STATE, {"identity": identity, "files": staged}, 0o600)
 
 
-def _content_range_start(value):
-    match = re.match(r"^\s*bytes\s+(\d+)-", value or "")
-    return int(match.group(1)) if match else None
-
-
-def _unstaged(plan, staged, owner):
-    """(path, item, staged file) of every file still to fetch; files already complete in staging are skipped."""
+def _unstaged(plan, staged, staging_fd):
+    """``(path, item, directory descriptor, file name)`` of every file still to fetch, the descriptor being its
+    directory in staging (the caller closes it); files already complete in staging are skipped."""
     by_path = {item["path"]: item for item in plan["files"]}
     for rel in plan["to_fetch"]:
         item = by_path[rel]
-        final = os.path.join(plan["staging"], *rel.split("/"))
         done = staged.get(rel)
-        if isinstance(done, dict) and done.get("expected") == _expected_key(item) and _size_of(final) == item["size"]:
+        if (
+            isinstance(done, dict)
+            and done.get("expected") == _expected_key(item)
+            and _staged_size(staging_fd, rel) == item["size"]
+        ):
             item["sha256"] = done["sha256"]
             continue
-        _makedirs(os.path.dirname(final), owner)
-        yield rel, item, final
+        reldir, leaf = _split(rel)
+        yield rel, item, makedirs(staging_fd, reldir, STAGING_MODE, where=plan["staging"]), leaf
 
 
-def fetch_hf(hub, repo_id, sha, plan, progress, owner=None):
+def _open_part(dirfd, name):
+    """Descriptor of partial file ``name`` for reading and writing: the one in staging when it is a regular
+    file, else a new empty one (O_EXCL, 0600) after whatever held the name is removed."""
+    try:
+        return open_file(dirfd, name, os.O_RDWR)[0]
+    except FileNotFoundError:
+        pass
+    except SafeFileError:
+        unlink(dirfd, name)
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    return os.open(name, flags, 0o600, dir_fd=dirfd)
+
+
+def fetch_hf(hub, repo_id, sha, plan, progress):
     """Download every file of ``plan["to_fetch"]`` into staging, resuming ``.ttfleet-part`` files.
 
     A server that answers a ``Range`` request with 200 (olah does) makes that file start over, counted
@@ -1026,59 +1180,68 @@ def fetch_hf(hub, repo_id, sha, plan, progress, owner=None):
     only then is it renamed to its final name in staging and recorded in the staging state.
     Returns ``{"fetched_bytes", "restarts", "files"}``.
     """
-    staging = plan["staging"]
-    staged = _open_staging(plan, owner)
+    staging_fd, staged = _open_staging(plan)
     stats = {"fetched_bytes": 0, "restarts": 0, "files": []}
-    for rel, item, final in _unstaged(plan, staged, owner):
-        got = _download(hub, repo_id, sha, item, final + PART_SUFFIX, progress, stats)
-        key = "blob_sha1" if item.get("blob_sha1") else "sha256"
-        if got[key] != item[key]:
-            with contextlib.suppress(OSError):
-                os.unlink(final + PART_SUFFIX)
-            expected = item["sha256"] or f"git blob {item['blob_sha1']}"
-            actual = got["sha256"] if key == "sha256" else f"git blob {got['blob_sha1']}"
-            raise WeightsError(
-                f"{hub.endpoint} sent {rel} of {repo_id}@{sha} with the wrong content (expected {expected}, got "
-                f"{actual}); the partial file was removed, run again or use another hf_endpoint"
-            )
-        item["sha256"] = got["sha256"]
-        os.replace(final + PART_SUFFIX, final)
-        stats["files"].append(rel)
-        _record_staged(staging, plan["identity"], staged, rel, item, owner)
+    try:
+        for rel, item, dirfd, leaf in _unstaged(plan, staged, staging_fd):
+            try:
+                part = leaf + PART_SUFFIX
+                got = _download(hub, repo_id, sha, item, dirfd, part, progress, stats)
+                key = "blob_sha1" if item.get("blob_sha1") else "sha256"
+                if got[key] != item[key]:
+                    unlink(dirfd, part)
+                    expected = item["sha256"] or f"git blob {item['blob_sha1']}"
+                    actual = got["sha256"] if key == "sha256" else f"git blob {got['blob_sha1']}"
+                    raise WeightsError(
+                        f"{hub.endpoint} sent {rel} of {repo_id}@{sha} with the wrong content (expected {expected}, "
+                        f"got {actual}); the partial file was removed, run again or use another hf_endpoint"
+                    )
+                item["sha256"] = got["sha256"]
+                rename(dirfd, part, leaf)
+            finally:
+                os.close(dirfd)
+            stats["files"].append(rel)
+            _record_staged(staging_fd, plan["identity"], staged, rel, item)
+    finally:
+        os.close(staging_fd)
     return stats
 
 
-def _download(hub, repo_id, sha, item, part, progress, stats):
+def _hash_prefix(dirfd, name, count, digests):
+    """Feed the first ``count`` bytes of the partial file to ``digests``."""
+    fd = open_file(dirfd, name)[0]
+    with os.fdopen(fd, "rb") as handle:
+        while count:
+            block = handle.read(min(HASH_CHUNK, count))
+            if not block:
+                break
+            digests.update(block)
+            count -= len(block)
+
+
+def _download(hub, repo_id, sha, item, dirfd, part, progress, stats):
     rel, size = item["path"], item["size"]
     url = hub.file_url(repo_id, sha, rel)
     for attempt in range(NET_ATTEMPTS):
-        offset = _size_of(part) or 0
+        offset = _size_at(dirfd, part) or 0
         if offset > size:
-            os.truncate(part, 0)
             offset = 0
         digests = Digests(size if item.get("blob_sha1") else None)
         if offset:
-            with open(part, "rb") as handle:
-                remaining = offset
-                while remaining:
-                    block = handle.read(min(HASH_CHUNK, remaining))
-                    if not block:
-                        break
-                    digests.update(block)
-                    remaining -= len(block)
+            _hash_prefix(dirfd, part, offset, digests)
         if offset == size:
             return digests.result()
         headers = {"Range": f"bytes={offset}-"} if offset else {}
         try:
             with hub.open(url, f"file {rel} at {sha}", repo_id, headers) as resp:
                 status = getattr(resp, "status", 200)
-                start = _content_range_start(resp.headers.get("Content-Range")) if status == 206 else None
+                start = content_range_start(resp.headers.get("Content-Range")) if status == 206 else None
                 if offset and (status != 206 or start != offset):
                     stats["restarts"] += 1
                     progress.advance(-offset, rel)
                     offset = 0
                     digests = Digests(size if item.get("blob_sha1") else None)
-                with open(part, "r+b" if offset else "wb") as handle:
+                with os.fdopen(_open_part(dirfd, part), "r+b") as handle:
                     handle.seek(offset)
                     handle.truncate()
                     while True:
@@ -1101,7 +1264,7 @@ def _download(hub, repo_id, sha, item, part, progress, stats):
                     )
                 ) from None
             continue
-        got = _size_of(part)
+        got = _size_at(dirfd, part)
         if got == size:
             return digests.result()
         if attempt + 1 == NET_ATTEMPTS:
@@ -1112,57 +1275,89 @@ def _download(hub, repo_id, sha, item, part, progress, stats):
     raise WeightsError(f"downloading {rel} of {repo_id} did not finish")
 
 
+def _source_error(item, exc):
+    why = exc.reason if isinstance(exc, SafeFileError) else (exc.strerror or exc)
+    return WeightsError(
+        f"cannot take {item['src']} from the path source: {why}. model_weights reads only regular files there and "
+        "never follows a link; replace it with the file itself and run again"
+    )
+
+
+def _stage_from_path(item, dirfd, leaf, link, owner):
+    """Hardlink (``link``) or copy one path-source file into staging, relative to directory descriptors; the
+    source must be a regular file (a link or special file put there since the listing is refused)."""
+    src_dir, src_name = os.path.split(item["src"])
+    for leftover in (leaf, leaf + PART_SUFFIX):
+        unlink(dirfd, leftover)
+    try:
+        with opened_dir(src_dir) as sfd:
+            if not link:
+                # Root's own 0600 copy: the source's owner and mode never reach the weights.
+                copy_file(sfd, src_name, dirfd, leaf + PART_SUFFIX, mode=0o600)
+                return
+            os.link(src_name, leaf, src_dir_fd=sfd, dst_dir_fd=dirfd, follow_symlinks=False)
+    except (OSError, SafeFileError) as exc:
+        raise _source_error(item, exc) from None
+    st = os.lstat(leaf, dir_fd=dirfd)
+    if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (item["dev"], item["ino"]) or not _attrs_ok(st, owner):
+        unlink(dirfd, leaf)
+        raise WeightsError(f"{item['src']} changed while linking it into staging; run again")
+
+
 def fetch_path(plan, progress, workers, owner=None):
-    """Hardlink (same filesystem) or copy (``shutil.copy2``) the files of ``plan["to_fetch"]`` into staging.
+    """Hardlink (same filesystem, when the file already has the owner and mode of the layout) or copy the
+    files of ``plan["to_fetch"]`` into staging.
 
     Copies are hashed against their source afterwards; links are checked to share the source's inode.
     """
     staging = plan["staging"]
-    staged = _open_staging(plan, owner)
+    staging_fd, staged = _open_staging(plan)
     by_path = {item["path"]: item for item in plan["files"]}
     stats = {"fetched_bytes": 0, "restarts": 0, "files": [], "linked": [], "copied": []}
-    copies = {}
-    for rel, item, final in _unstaged(plan, staged, owner):
-        for leftover in (final, final + PART_SUFFIX):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(leftover)
-        if _same_filesystem(item, staging):
-            os.link(item["src"], final)
-            st = os.stat(final)
-            if (st.st_dev, st.st_ino) != (item["dev"], item["ino"]):
-                raise WeightsError(f"{item['src']} changed while linking it into {staging}; run again")
-            item["linked"] = True
-            stats["linked"].append(rel)
-        else:
-            shutil.copy2(item["src"], final + PART_SUFFIX)
-            copies[rel] = final
-            stats["copied"].append(rel)
-            stats["fetched_bytes"] += item["size"]
-            progress.advance(item["size"], rel)
-    requests = {}
-    for rel, final in copies.items():
-        requests[("copy", rel)] = (final + PART_SUFFIX, False)
-        requests[("src", rel)] = (by_path[rel]["src"], False)
-    for rel in stats["linked"]:
-        requests[("copy", rel)] = (os.path.join(staging, *rel.split("/")), False)
-    digests = hash_files(requests, workers)
-    for rel in stats["linked"] + list(copies):
-        got = digests[("copy", rel)]
-        if "error" in got:
-            raise WeightsError(f"cannot read {got['error']}")
-        if rel in copies:
-            src = digests[("src", rel)]
-            if "error" in src or src["sha256"] != got["sha256"] or got["size"] != by_path[rel]["size"]:
-                with contextlib.suppress(OSError):
-                    os.unlink(copies[rel] + PART_SUFFIX)
-                raise WeightsError(
-                    f"the copy of {by_path[rel]['src']} differs from its source (changed while copying, or a "
-                    "failing disk); run again"
-                )
-            os.replace(copies[rel] + PART_SUFFIX, copies[rel])
-        by_path[rel]["sha256"] = got["sha256"]
-        stats["files"].append(rel)
-        _record_staged(staging, plan["identity"], staged, rel, by_path[rel], owner)
+    try:
+        for rel, item, dirfd, leaf in _unstaged(plan, staged, staging_fd):
+            try:
+                link = _linkable(item, owner) and _same_filesystem(item, staging)
+                _stage_from_path(item, dirfd, leaf, link, owner)
+            finally:
+                os.close(dirfd)
+            if link:
+                item["linked"] = True
+                stats["linked"].append(rel)
+            else:
+                stats["copied"].append(rel)
+                stats["fetched_bytes"] += item["size"]
+                progress.advance(item["size"], rel)
+        requests = {}
+        for rel in stats["copied"]:
+            requests[("copy", rel)] = (os.path.join(staging, rel + PART_SUFFIX), False)
+            requests[("src", rel)] = (by_path[rel]["src"], False)
+        for rel in stats["linked"]:
+            requests[("copy", rel)] = (os.path.join(staging, rel), False)
+        digests = hash_files(requests, workers)
+        for rel in stats["linked"] + stats["copied"]:
+            got = digests[("copy", rel)]
+            if "error" in got:
+                raise WeightsError(f"cannot read {got['error']}")
+            if rel in stats["copied"]:
+                reldir, leaf = _split(rel)
+                dirfd = open_relative(staging_fd, reldir)
+                try:
+                    src = digests[("src", rel)]
+                    if "error" in src or src["sha256"] != got["sha256"] or got["size"] != by_path[rel]["size"]:
+                        unlink(dirfd, leaf + PART_SUFFIX)
+                        raise WeightsError(
+                            f"the copy of {by_path[rel]['src']} differs from its source (changed while copying, or a "
+                            "failing disk); run again"
+                        )
+                    rename(dirfd, leaf + PART_SUFFIX, leaf)
+                finally:
+                    os.close(dirfd)
+            by_path[rel]["sha256"] = got["sha256"]
+            stats["files"].append(rel)
+            _record_staged(staging_fd, plan["identity"], staged, rel, by_path[rel])
+    finally:
+        os.close(staging_fd)
     return stats
 
 
@@ -1170,46 +1365,163 @@ def fetch_path(plan, progress, workers, owner=None):
 # Placement and ownership
 
 
-def _set_attrs(path, owner):
-    st = os.lstat(path)
-    if stat.S_IMODE(st.st_mode) != FILE_MODE:
-        os.chmod(path, FILE_MODE)
-    if owner is not None:
-        _chown(path, owner)
-
-
 def place_files(plan, owner=None):
-    """Move staged files into dest with ``os.replace`` (dest created when missing), then clear staging.
+    """Move staged files into dest by renames between directory descriptors (dest created when missing),
+    then clear staging.
 
-    Only the planned paths are touched; a symlink at a planned path is replaced, never followed.
-    Files hardlinked from a path source keep the source's owner and mode (they are the same inode).
+    Only the planned paths are touched; a link at a planned path is replaced, never followed, and a link in
+    place of a directory on the way is refused. Files hardlinked from a path source already have the owner and
+    mode of the layout; every other file gets them on its descriptor before the rename.
     """
-    dest, staging = plan["dest"], plan["staging"]
+    dest = plan["dest"]
+    parent, name = os.path.split(dest)
     by_path = {item["path"]: item for item in plan["files"]}
-    _makedirs(dest, owner)
-    for rel in plan["to_fetch"]:
-        _check_inside(dest, rel)
-        target = os.path.join(dest, *rel.split("/"))
-        _makedirs(os.path.dirname(target), owner)
-        staged = os.path.join(staging, *rel.split("/"))
-        if not by_path[rel].get("linked"):
-            _set_attrs(staged, owner)
-        os.replace(staged, target)
-    for rel in plan["attrs"]:
-        _set_attrs(os.path.join(dest, *rel.split("/")), owner)
-    clear_staging(staging)
+    try:
+        pfd = make_path(parent, owner=owner)
+        try:
+            dest_fd = ensure_dir(pfd, name, DIR_MODE, owner, where=parent)[0]
+            staging_fd = open_relative(pfd, f"{STAGING_NAME}/{name}", where=parent)
+        finally:
+            os.close(pfd)
+    except SafeFileError as exc:
+        raise WeightsError(f"{exc}; move it away and run again") from None
+    try:
+        for rel in plan["to_fetch"]:
+            reldir, leaf = _split(rel)
+            try:
+                dfd = makedirs(dest_fd, reldir, DIR_MODE, owner, where=dest)
+            except SafeFileError as exc:
+                raise WeightsError(
+                    f"{exc.path} is a symlink or file where the model needs a directory; move it away and run again"
+                ) from None
+            sfd = open_relative(staging_fd, reldir)
+            try:
+                if not by_path[rel].get("linked"):
+                    ffd, st = open_file(sfd, leaf)
+                    try:
+                        set_attrs(ffd, EXEC_MODE if by_path[rel].get("src_mode", 0) & 0o111 else FILE_MODE, owner, st)
+                    finally:
+                        os.close(ffd)
+                try:
+                    rename(sfd, leaf, leaf, dst_dirfd=dfd)
+                except SafeFileError as exc:
+                    raise WeightsError(f"{dest}/{rel}: {exc.reason}") from None
+            finally:
+                os.close(sfd)
+                os.close(dfd)
+    finally:
+        os.close(dest_fd)
+        os.close(staging_fd)
+    clear_staging(plan["staging"])
 
 
 def clear_staging(staging):
-    """Remove this destination's staging directory and ``.ttfleet-staging`` when it is left empty."""
-    if os.path.isdir(staging) and not os.path.islink(staging):
-        shutil.rmtree(staging)
-    with contextlib.suppress(OSError):
-        os.rmdir(os.path.dirname(staging))
+    """Remove this destination's staging directory (when it is ours) and ``.ttfleet-staging`` when it is left
+    empty; nothing is followed on the way."""
+    top, name = os.path.split(staging)
+    weights, _top_name = os.path.split(top)
+    try:
+        with opened_dir(weights) as wfd:
+            sfd = open_subdir(wfd, STAGING_NAME)
+            try:
+                if _ours(os.fstat(sfd)):
+                    remove_tree(sfd, name)
+            finally:
+                os.close(sfd)
+            with contextlib.suppress(OSError):
+                os.rmdir(STAGING_NAME, dir_fd=wfd)
+    except (OSError, SafeFileError):
+        return
+
+
+def _layout_volume(dest, container):
+    """The volume of ``dest`` (``<volume>/weights/<model>``) to lay out, or None when no container owner is given."""
+    return None if container is None else os.path.dirname(os.path.dirname(dest))
+
+
+def plan_layout(dest, owner, container):
+    """What the volume around ``dest`` lacks, as text: the volume and ``weights`` directories not owned by
+    ``owner`` with mode 0755, and the directories the container writes missing or not owned by ``container``.
+    Reads only; an empty list when there is no layout to apply."""
+    volume = _layout_volume(dest, container)
+    if volume is None:
+        return []
+    changes = []
+    try:
+        vfd = open_dir(volume)
+    except FileNotFoundError:
+        vfd = None
+    except SafeFileError as exc:
+        raise WeightsError(f"{exc}; move it away and run again") from None
+    try:
+        for label, name in ((volume, None), (os.path.join(volume, "weights"), "weights")):
+            st = None
+            if vfd is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    st = os.fstat(vfd) if name is None else os.lstat(name, dir_fd=vfd)
+            if st is None:
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                raise WeightsError(f"{label} is a {kind_of(st.st_mode)}, not a directory; move it away and run again")
+            if (st.st_uid, st.st_gid) != tuple(owner) or stat.S_IMODE(st.st_mode) != DIR_MODE:
+                changes.append(
+                    f"{label}: owner {st.st_uid}:{st.st_gid} mode {stat.S_IMODE(st.st_mode):04o} -> "
+                    f"{owner[0]}:{owner[1]} {DIR_MODE:04o}"
+                )
+        for name in WRITABLE_SUBDIRS:
+            label = os.path.join(volume, name)
+            st = None
+            if vfd is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    st = os.lstat(name, dir_fd=vfd)
+            if st is None:
+                changes.append(f"{label}: create, owner {container[0]}:{container[1]} mode {DIR_MODE:04o}")
+            elif not stat.S_ISDIR(st.st_mode):
+                raise WeightsError(f"{label} is a {kind_of(st.st_mode)}, not a directory; move it away and run again")
+            elif (st.st_uid, st.st_gid) != tuple(container):
+                changes.append(f"{label}: owner {st.st_uid}:{st.st_gid} -> {container[0]}:{container[1]}")
+    finally:
+        if vfd is not None:
+            os.close(vfd)
+    return changes
+
+
+def apply_layout(dest, owner, container):
+    """Give dest and everything below it ``owner`` with modes 0755/0644 (0755 for files with an execute bit),
+    and with ``container`` the volume layout (see ``plan_layout``); all on descriptors, never following a link.
+    Returns the links and special files in dest that were left alone."""
+    try:
+        with opened_dir(dest) as dest_fd:
+            _changed, skipped = own_tree(dest_fd, owner, DIR_MODE, FILE_MODE, where=dest, exec_mode=EXEC_MODE)
+        volume = _layout_volume(dest, container)
+        if volume is None:
+            return skipped
+        with opened_dir(volume) as vfd:
+            set_attrs(vfd, DIR_MODE, owner)
+            wfd = open_subdir(vfd, "weights", volume)
+            try:
+                set_attrs(wfd, DIR_MODE, owner)
+            finally:
+                os.close(wfd)
+            for name in WRITABLE_SUBDIRS:
+                fd = ensure_dir(vfd, name, DIR_MODE, container, volume)[0]
+                try:
+                    # Only the owner: the mode and the contents are the server's.
+                    set_attrs(fd, None, container)
+                finally:
+                    os.close(fd)
+    except SafeFileError as exc:
+        raise WeightsError(f"cannot give {dest} its owner and modes: {exc}; move it away and run again") from None
+    return skipped
 
 
 # ---------------------------------------------------------------------------
 # The whole step
+
+
+def _listed(paths, limit=10):
+    shown = ", ".join(paths[:limit])
+    return shown + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
 
 
 def _summary(plan, label):
@@ -1220,11 +1532,11 @@ def _summary(plan, label):
         if plan[key]:
             lines.append(f"{key.replace('_', ' ')}: {', '.join(plan[key])}")
     if plan["attrs"]:
-        lines.append(f"owner or mode to fix: {', '.join(plan['attrs'])}")
+        lines.append(f"owner or mode to fix: {_listed(plan['attrs'])}")
     return lines
 
 
-def diff_of(plan, label, manifest_changed):
+def diff_of(plan, label, manifest_changed, layout=(), owner=None):
     before = _summary(plan, label)
     before.append(f"manifest: {'matches' if plan['manifest_matches'] else 'absent or for another source'}")
     after = [
@@ -1236,7 +1548,13 @@ def diff_of(plan, label, manifest_changed):
             f"fetch: {len(plan['to_fetch'])} files, {human_bytes(plan['bytes_to_fetch'])} to move "
             f"({human_bytes(plan['bytes_staged'])} already staged)"
         )
+    if plan["attrs"]:
+        who = f"owner {owner[0]}:{owner[1]}, " if owner is not None else ""
+        after.append(f"owner and modes: {who}directories 0755, files 0644 (0755 with an execute bit)")
     after.append(f"manifest: {'written' if manifest_changed else 'matches'}")
+    if layout:
+        before.extend(f"volume: {change}" for change in layout)
+        after.append("volume: laid out (weights root's and read-only, the directories the server writes its own)")
     return {
         "before_header": plan["dest"],
         "after_header": plan["dest"],
@@ -1281,8 +1599,17 @@ def _manifest_source(options, source, repo_id, allow, ignore):
     return files_at, revision, files, files_at.endpoint, label
 
 
+def _owner_of(options, key, group_key, default):
+    uid = options.get(key)
+    if uid is None:
+        return default
+    gid = options.get(group_key)
+    return (uid, uid if gid is None else gid)
+
+
 def sync_weights(options, check_mode=False, callback=None, hub=None):
-    """Plan, and unless ``check_mode`` fetch, place and record the weights. Returns the module's result.
+    """Plan, and unless ``check_mode`` fetch, place and record the weights, then give them (and, with
+    ``container_owner``, their volume) the ownership layout. Returns the module's result.
 
     ``options`` holds the module's parameters (see plugins/modules/model_weights.py). ``callback`` gets
     ``(done_bytes, total_bytes, file)`` while bytes move.
@@ -1291,10 +1618,13 @@ def sync_weights(options, check_mode=False, callback=None, hub=None):
     if not os.path.isabs(dest):
         raise WeightsError(f"dest {dest!r} must be an absolute path")
     source = options.get("source") or "hf"
-    owner = (
-        1000 if options.get("owner") is None else options["owner"],
-        1000 if options.get("group") is None else options["group"],
-    )
+    owner = _owner_of(options, "owner", "group", ROOT_OWNER)
+    container = _owner_of(options, "container_owner", "container_group", None)
+    if container is not None and os.path.basename(os.path.dirname(dest)) != "weights":
+        raise WeightsError(
+            f"dest {dest} is not <volume>/weights/<model>; container_owner lays out a tt-inference-server volume, "
+            "so give the weights directory of one (or leave container_owner unset)"
+        )
     workers = options.get("workers") or min(8, os.cpu_count() or 1)
     allow, ignore = options.get("allow_patterns"), options.get("ignore_patterns")
     host = options.get("host") or socket.gethostname()
@@ -1316,6 +1646,16 @@ def sync_weights(options, check_mode=False, callback=None, hub=None):
             identity = identity_of("hf", repo_id, sha)
             endpoint = hub.endpoint
             label = f"hf {repo_id}@{sha} from {scrub(endpoint)}"
+        elif source == "none":
+            # Weights already in place (a preseeded or aliased volume): nothing is listed, fetched or recorded.
+            dest_fd = _open_existing(dest)
+            if dest_fd is None:
+                raise WeightsError(
+                    f"dest {dest} does not exist; source none only gives weights already in place their owner, "
+                    "modes and volume layout"
+                )
+            os.close(dest_fd)
+            sha, files, endpoint, identity, label = None, [], None, {"source": "none"}, "none (the files in place)"
         else:
             root = options.get("path")
             if not root or not os.path.isabs(root):
@@ -1326,31 +1666,34 @@ def sync_weights(options, check_mode=False, callback=None, hub=None):
             sha, files, endpoint = None, list_path_source(root, allow, ignore), None
             identity = identity_of("path", repo_id, path=root)
             label = f"path {root}"
-        if not files:
+        if not files and source != "none":
             raise WeightsError(
                 f"{label} has no files left after allow_patterns {list(allow or [])} and ignore_patterns "
                 f"{list(ignore or [])}; check repo_id, revision and the patterns"
             )
         plan = plan_weights(files, dest, identity, options.get("verify") or "auto", workers, owner, endpoint)
+        if source == "none":
+            plan["extra"] = []
+        layout = plan_layout(dest, owner, container)
         margin = int(float(options.get("disk_margin_gb", 10)) * (1 << 30))
         check_disk(dest, plan["bytes_needed"], margin, host, f"the weights of {repo_id or label}")
         probe = nearest_existing(dest)
-        filesystem = {"device": os.stat(probe).st_dev, "free_bytes": free_bytes(probe), "path": probe}
+        filesystem = {"device": _device_near(probe), "free_bytes": free_bytes(probe), "path": probe}
 
         stats = {"fetched_bytes": 0, "restarts": 0, "files": []}
         if plan["to_fetch"] and not check_mode:
             progress = Progress(plan["bytes_to_fetch"], options.get("status_file"), callback)
+            parent_fd = make_path(os.path.dirname(dest), owner=owner)
+            os.close(parent_fd)
             try:
                 if source in COMMIT_SOURCES:
-                    stats = fetch_hf(hub, repo_id, sha, plan, progress, owner)
+                    stats = fetch_hf(hub, repo_id, sha, plan, progress)
                 else:
                     stats = fetch_path(plan, progress, workers, owner)
             finally:
                 progress.write(state="stopped")
             place_files(plan, owner)
             progress.write(state="done")
-        elif plan["attrs"] and not check_mode:
-            place_files(plan, owner)
 
         verified_at = (
             time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -1358,12 +1701,20 @@ def sync_weights(options, check_mode=False, callback=None, hub=None):
             else ((plan["manifest"] or {}).get("verified_at"))
         )
         manifest = build_manifest(identity, plan["files"], endpoint, verified_at, source)
-        manifest_changed = _manifest_body(manifest) != _manifest_body(plan["manifest"]) or not plan["manifest_matches"]
+        manifest_changed = source != "none" and (
+            _manifest_body(manifest) != _manifest_body(plan["manifest"]) or not plan["manifest_matches"]
+        )
         if not check_mode and manifest_changed:
-            _makedirs(dest, owner)
             write_manifest(dest, manifest, owner)
+        # The layout comes last, once the weights are complete and verified: a volume that an older release
+        # (or the factory) gave to the container user is re-owned here, idempotently.
+        skipped = [rel for rel in plan["skipped"] if not (manifest_changed and rel == MANIFEST_NAME)]
+        if not check_mode and (plan["to_fetch"] or plan["attrs"] or layout or manifest_changed):
+            skipped = apply_layout(dest, owner, container)
     except WeightsError as exc:
         raise WeightsError(scrub(exc, *secrets_seen)) from None
+    except SafeFileError as exc:
+        raise WeightsError(scrub(f"{host}: {exc}; move it away and run again", *secrets_seen)) from None
     except OSError as exc:
         if exc.errno == errno.ENOSPC and plan is not None and not check_mode:
             # The filesystem filled up after the preflight (another writer): keep no partial file in the volume.
@@ -1382,7 +1733,7 @@ def sync_weights(options, check_mode=False, callback=None, hub=None):
             scrub(f"{host}: writing the weights of {repo_id or dest} failed: {exc}", *secrets_seen)
         ) from None
 
-    changed = bool(plan["to_fetch"] or plan["attrs"] or manifest_changed)
+    changed = bool(plan["to_fetch"] or plan["attrs"] or manifest_changed or layout)
     return {
         "changed": changed,
         "dest": dest,
@@ -1399,6 +1750,8 @@ def sync_weights(options, check_mode=False, callback=None, hub=None):
             "corrupt": plan["corrupt"],
             "extra": plan["extra"],
             "complete": plan["complete"],
+            "attrs": plan["attrs"],
+            "layout": layout,
         },
         "revision": sha,
         "filesystem": filesystem,
@@ -1408,5 +1761,6 @@ def sync_weights(options, check_mode=False, callback=None, hub=None):
         "hashed": plan["hashed"],
         "verified": plan["verified"],
         "manifest": os.path.join(dest, MANIFEST_NAME),
-        "diff": diff_of(plan, label, manifest_changed),
+        "skipped": skipped,
+        "diff": diff_of(plan, label, manifest_changed, layout, owner),
     }

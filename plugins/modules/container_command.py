@@ -95,6 +95,12 @@ notes:
   - O(model) and O(device) are required.
   - Multi-host devices (V(dual_galaxy), V(quad_galaxy)) are refused; C(run.py) starts several containers for them.
   - Specs of TTIS releases before v0.11 are refused, their C(run.py) used the older interface for every image.
+  - Spec values that reach the command are checked first, and a spec that would change its meaning is refused with an
+    error naming the spec file, the model, the device, the field and the value. A C(model_name), C(impl_id) or
+    C(version) with C(,), C(=), C(:) or C(") (they would add C(--mount) or C(--volume) options), any value with a
+    newline or another control character, an image or Hugging Face repository with whitespace or a leading C(-), and
+    C(env_vars) that are not a mapping of variable names to single-line values are refused; so are O(volume_root) and
+    O(host_weights_dir) with C(,), C(=) or C(").
 seealso:
   - module: ttfleet.inference.model_spec
   - name: tt-inference-server

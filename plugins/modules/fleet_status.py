@@ -102,7 +102,8 @@ instances:
       description: >-
         C(path), C(type) (link, directory, absent), C(is_alias), C(alias_of), C(weights_from) and C(tt_metal_commit)
         (a directory whose weights are hardlinks of another volume's), C(weights) (C(usable), C(revision),
-        C(source), C(verified)) and C(kernel_cache_meshes) of the expected volume.
+        C(source), C(verified)), C(kernel_cache_meshes) and C(problems) (what could not be inspected, such as a link or
+        a special file where the weights, an index or the manifest belongs) of the expected volume.
       type: dict
     healthy:
       description: The unit is active and C(/health) answered 200.
@@ -111,6 +112,7 @@ instances:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import SafeFileError
 from ansible_collections.ttfleet.inference.plugins.module_utils._status import host_report
 
 
@@ -128,7 +130,7 @@ def main():
         module.fail_json(msg=f"timeout must be more than 0 seconds, not {params['timeout']}")
     try:
         report = host_report(params["state_dir"], params["releases_root"], timeout=params["timeout"])
-    except OSError as exc:
+    except (OSError, SafeFileError) as exc:
         module.fail_json(msg=f"cannot read the serving state under {params['state_dir']}: {exc}")
     module.exit_json(changed=False, **report)
 

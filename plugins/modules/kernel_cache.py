@@ -57,7 +57,12 @@ options:
   volume:
     description:
       - Absolute path of the model's volume (the directory mounted as C(cache_root)), for example
-        C(/opt/tt-cache/volume_id_tt_transformers-Qwen3-32B-v0.17.0). A symlink to another volume is followed.
+        C(/opt/tt-cache/volume_id_tt_transformers-Qwen3-32B-v0.17.0). A symlink to another volume is followed when
+        it sits in a directory only root can change (a volume alias in the volume root).
+      - Below the volume no link is followed and no special file is opened, for the container user can write
+        there; a link at C(tt_metal_cache), C(cache_<model_name>), the cache or the marker is refused with an error
+        naming it. A missing volume is made owned by root; C(tt_metal_cache/cache_<model_name>) and the deployed
+        cache by O(owner).
     type: path
     required: true
   model_name:
@@ -92,10 +97,17 @@ options:
     description: Root directory of a V(path) store. Required when O(store=path).
     type: path
   store_url:
-    description: Base URL of an V(http) store. Required when O(store=http).
+    description:
+      - Base URL of an V(http) store, for example the RV(ttfleet.inference.weights_server#module:url) of a peer
+        (C(http://<peer>:<port>/<token>/)). Required when O(store=http).
+      - Messages, results and the marker show this URL without its path (a peer's path is its access token) and
+        without credentials.
     type: str
   s3_endpoint:
-    description: URL of the S3-compatible service of an V(s3) store (path-style requests, AWS Signature Version 4).
+    description:
+      - URL of the S3-compatible service of an V(s3) store (path-style requests, AWS Signature Version 4).
+      - A URL carrying credentials (C(user:password@host)) is refused; give them as O(s3_access_key) and
+        O(s3_secret_key).
     type: str
   s3_bucket:
     description: Bucket of an V(s3) store.
@@ -127,7 +139,8 @@ options:
   spool:
     description:
       - For O(state=harvested) into an V(s3) store, the directory on the host the archive is packed in before it is
-        uploaded (and removed after). Defaults to C(<volume>/tt_metal_cache), the filesystem of the cache.
+        uploaded (and removed after). Defaults to C(<volume>/tt_metal_cache), the filesystem of the cache. The
+        archive gets a random name there and is uploaded from its open descriptor, never by name.
     type: path
   health_url:
     description:
@@ -329,7 +342,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._kernels import 
     key_text,
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client, S3Error
-from ansible_collections.ttfleet.inference.plugins.module_utils._s3_options import S3_OPTIONS
+from ansible_collections.ttfleet.inference.plugins.module_utils._s3_options import S3_OPTIONS, mask_url_credentials
 
 
 def _store(params):
@@ -404,7 +417,10 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
+    credentials_error = mask_url_credentials(module, ("store_url", "health_url", "s3_endpoint"))
     try:
+        if credentials_error:
+            raise KernelError(credentials_error)
         if not params["volume"].startswith("/"):
             raise KernelError(f"volume {params['volume']!r} must be an absolute path")
         if params["quiet_seconds"] < 0 or params["disk_margin_gb"] < 0:

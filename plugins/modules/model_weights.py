@@ -27,6 +27,18 @@ description:
     never touched.
   - Before writing anything, the free space of the filesystem of O(dest) must cover the bytes still to fetch plus
     O(disk_margin_gb); otherwise the module fails naming the host, the path, the space needed and the space free.
+  - "Ownership: the weights belong to O(owner) (root by default) and are read-only to everyone else: directories
+    C(0755), files C(0644) (C(0755) when they have an execute bit). The serving container only reads them. With
+    O(container_owner) set, O(dest) must be C(<volume>/weights/<model>) and the volume gets its layout too: the
+    volume and its C(weights) directory belong to O(owner) with mode C(0755), and C(tt_metal_cache), C(logs),
+    C(model_file_symlinks_map) and C(huggingface), which the server writes, are created when missing and belong to
+    O(container_owner) (their contents are left alone)."
+  - A volume whose weights an older release of this collection or the factory gave to the container user is
+    re-owned once its weights are complete and verified, on descriptors and without following a link; links and
+    special files inside O(dest) are left alone and reported as warnings. The next run reports no change.
+  - Nothing in O(dest), its staging directory or a O(path) source is followed when it is a link or opened when it
+    is a special file (FIFO, device, socket); a link planted in place of O(dest) or of a directory inside it is
+    refused. Staging is root's own (mode C(0700)); a staging directory that is not is removed and started anew.
 extends_documentation_fragment:
   - ttfleet.inference.attributes
 attributes:
@@ -34,12 +46,12 @@ attributes:
     support: full
     details:
       - Lists the source and compares it with O(dest) (hashing files when O(verify) asks for it) and writes nothing,
-        not even the staging directory.
+        not even the staging directory. Owners and modes to fix and the volume layout to apply count as changes.
   diff_mode:
     support: full
     details:
-      - The diff summarises O(dest) before and after (files complete, missing, corrupt, bytes to move and the
-        source used). It never shows the token.
+      - The diff summarises O(dest) before and after (files complete, missing, corrupt, bytes to move, owners and
+        modes to fix, the volume layout, and the source used). It never shows the token.
   idempotent:
     support: full
 options:
@@ -47,6 +59,7 @@ options:
     description:
       - Absolute path of the weights directory, normally C(<volume>/weights/<model_name>). Created when missing
         (with its missing parents), owned by O(owner) and O(group), mode C(0755).
+      - A link in place of O(dest) (or of one of its parents) that a non-root user could have planted is refused.
       - Its parent directory also holds the staging directory, so both are on one filesystem.
     type: path
     required: true
@@ -60,8 +73,10 @@ options:
         the manifest's sha256.
       - V(peer) is another fleet host holding the same O(repo_id) at the same O(revision), served by
         M(ttfleet.inference.weights_server) at O(peer_url); files are checked against the peer's manifest.
+      - V(none) fetches and records nothing; the weights already in O(dest) (a preseeded or aliased volume, which
+        must exist) only get their owner, modes and, with O(container_owner), the volume layout.
     type: str
-    choices: [hf, path, s3, peer]
+    choices: [hf, path, s3, peer, none]
     default: hf
   repo_id:
     description:
@@ -96,8 +111,11 @@ options:
   path:
     description:
       - The directory holding the model files when O(source=path), for example an NFS share or another volume.
-        Symlinked files (as in a Hugging Face cache snapshot) are read through. The top-level C(.cache) and C(.git)
-        directories are skipped.
+        The top-level C(.cache) and C(.git) directories are skipped.
+      - Only regular files are taken. A link or special file among the files kept by the patterns is refused,
+        naming it (a Hugging Face cache snapshot, whose files are links, must be copied out first, for example with
+        C(huggingface-cli download --local-dir)), because a link placed by whoever can write the source could
+        otherwise make a root-only file readable in the weights.
     type: path
   allow_patterns:
     description:
@@ -135,17 +153,30 @@ options:
     default: 10
   owner:
     description:
-      - UID that owns the files and directories written (the containers run as UID 1000). Files get mode C(0644),
-        directories C(0755); files of a model already in place are corrected.
-      - Files hardlinked from O(path) share their inode with the source and keep its owner and mode; a world-writable
-        source file is copied instead.
+      - UID that owns O(dest) and everything in it. Files get mode C(0644) (C(0755) with an execute bit),
+        directories C(0755); files and directories of a model already in place are corrected (links and special
+        files are left alone).
+      - Keep the default, root, so that the serving container (UID 1000) can read the weights but not change them.
+      - A file of O(path) is hardlinked (same filesystem) only when it already has this owner and the mode above,
+        since the link shares its inode with the source; any other file is copied, and the copy never takes the
+        source's owner or mode.
     type: int
-    default: 1000
+    default: 0
   group:
     description:
-      - GID of the files and directories written.
+      - GID of O(dest) and everything in it.
     type: int
-    default: 1000
+    default: 0
+  container_owner:
+    description:
+      - UID of the serving container (tt-inference-server runs as UID 1000). When set, O(dest) must be
+        C(<volume>/weights/<model>) and the volume is laid out for it; see the description. Unset, only O(dest) is
+        touched.
+    type: int
+  container_group:
+    description:
+      - GID of the directories the container writes. Defaults to O(container_owner).
+    type: int
   status_file:
     description:
       - While bytes move, a JSON file rewritten atomically about every 2 seconds with C(state), C(done_bytes),
@@ -157,7 +188,10 @@ options:
       - Name of the host in messages. Defaults to the host name.
     type: str
   s3_endpoint:
-    description: URL of the S3-compatible service, for example V(https://s3.site.lab:9000) (path-style requests).
+    description:
+      - URL of the S3-compatible service, for example V(https://s3.site.lab:9000) (path-style requests).
+      - A URL carrying credentials (C(user:password@host)) is refused; give them as O(s3_access_key) and
+        O(s3_secret_key).
     type: str
   s3_bucket:
     description: Bucket holding the models.
@@ -231,6 +265,12 @@ EXAMPLES = r"""
     path: /mnt/models/Qwen3-32B
     repo_id: Qwen/Qwen3-32B
 
+- name: Give a factory volume's weights to root and the kernel cache to the container user
+  ttfleet.inference.model_weights:
+    dest: /home/tt/data/tt-cache/volume_id_tt_transformers-Qwen3-32B-vqb2_launch/weights/Qwen3-32B
+    source: none
+    container_owner: 1000
+
 - name: Re-hash everything once, for example after a disk error
   ttfleet.inference.model_weights:
     dest: /opt/tt-cache/volume_id_tt_transformers-Qwen3-32B-v0.17.0/weights/Qwen3-32B
@@ -297,6 +337,14 @@ plan:
       description: Files in O(dest) that are not part of the source (at most 50); they are left alone.
       type: list
       elements: str
+    attrs:
+      description: Directories and files in O(dest) whose owner or mode are (or were) fixed; V(.) is O(dest) itself.
+      type: list
+      elements: str
+    layout:
+      description: What the volume layout changes (or would, in check mode), one line each; empty when converged.
+      type: list
+      elements: str
     complete:
       description: Whether O(dest) held every file intact before the run.
       type: bool
@@ -344,11 +392,17 @@ manifest:
   returned: always
   type: str
   sample: /opt/tt-cache/volume_id_tt_transformers-Qwen3-32B-v0.17.0/weights/Qwen3-32B/.ttfleet-manifest.json
+skipped:
+  description: Links and special files in O(dest) that the ownership layout left alone (also given as warnings).
+  returned: always
+  type: list
+  elements: str
 """
+
 
 from ansible.module_utils.basic import AnsibleModule, env_fallback
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._s3_options import S3_OPTIONS
+from ansible_collections.ttfleet.inference.plugins.module_utils._s3_options import S3_OPTIONS, mask_url_credentials
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights import (
     DEFAULT_ENDPOINT,
     DEFAULT_IGNORE_PATTERNS,
@@ -357,12 +411,14 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._weights import 
     sync_weights,
 )
 
+URL_OPTIONS = ("hf_endpoint", "s3_endpoint", "peer_url")
+
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             dest=dict(type="path", required=True),
-            source=dict(type="str", choices=["hf", "path", "s3", "peer"], default="hf"),
+            source=dict(type="str", choices=["hf", "path", "s3", "peer", "none"], default="hf"),
             repo_id=dict(type="str"),
             revision=dict(type="str"),
             allow_floating_revision=dict(type="bool", default=False),
@@ -374,8 +430,10 @@ def main():
             verify=dict(type="str", choices=["auto", "sha256", "size"], default="auto"),
             workers=dict(type="int"),
             disk_margin_gb=dict(type="float", default=10),
-            owner=dict(type="int", default=1000),
-            group=dict(type="int", default=1000),
+            owner=dict(type="int", default=0),
+            group=dict(type="int", default=0),
+            container_owner=dict(type="int"),
+            container_group=dict(type="int"),
             status_file=dict(type="path"),
             host=dict(type="str"),
             timeout=dict(type="int", default=60),
@@ -392,7 +450,10 @@ def main():
     )
     params = module.params
     secret_values = (params["hf_token"], params["s3_secret_key"], params["s3_access_key"])
+    credentials_error = mask_url_credentials(module, URL_OPTIONS)
     try:
+        if credentials_error:
+            raise WeightsError(credentials_error)
         if params["disk_margin_gb"] < 0:
             raise WeightsError(f"disk_margin_gb must not be negative, got {params['disk_margin_gb']}")
         if params["workers"] is not None and params["workers"] < 1:
@@ -405,6 +466,8 @@ def main():
             msg=scrub(f"model_weights failed for {params['dest']}: {type(exc).__name__}: {exc}", *secret_values)
         )
 
+    for rel in result["skipped"]:
+        module.warn(f"{result['dest']}/{rel} is a link or special file; its owner and mode were left alone")
     diff = result.pop("diff")
     if module._diff:
         result["diff"] = diff

@@ -226,6 +226,14 @@ volumes:
         error:
           description: Why it could not be read, or V(null).
           type: str
+    problems:
+      description:
+        - What could not be inspected and why, for example a link or a special file (a FIFO) where the weights
+          directory, a checkpoint index or the manifest belongs. Nothing below the volume is followed or opened
+          unless it is a directory or a regular file.
+        - Weights whose checkpoint index is a link or a special file are not usable.
+      type: list
+      elements: str
     size_bytes:
       description: Apparent size of the tree. Only with O(sizes=true).
       type: int

@@ -6,30 +6,49 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: weights_server
-short_description: Serve the weights of one model to fleet peers over HTTP, read-only and for a while
+short_description: Serve the weights of a model or a kernel store spool to fleet peers, read-only and for a while
 version_added: 0.1.0
 description:
-  - With O(state=started), serves the files of O(path) that its C(.ttfleet-manifest.json) lists (and the manifest)
-    on O(bind):O(port) under a random path element, with C(Range) support, from a detached Python process of the
-    standard library. Peers pull them with M(ttfleet.inference.model_weights)
-    O(ttfleet.inference.model_weights#module:source=peer), checking each file against the manifest's sha256.
+  - The one peer server of the collection, one code path for weights and kernel caches. With O(state=started),
+    serves a fixed set of files of O(path) on O(bind):O(port) under a random path element, with C(Range) support,
+    from a detached Python process of the standard library.
+  - With O(kind=weights), the files that the C(.ttfleet-manifest.json) of O(path) lists, and the manifest. Peers
+    pull them with M(ttfleet.inference.model_weights) O(ttfleet.inference.model_weights#module:source=peer),
+    checking each file against the manifest's sha256.
+  - With O(kind=kernels), O(path) is a kernel store spool (the layout of the V(path) store of
+    M(ttfleet.inference.kernel_cache)) and the files are the C(manifest.json), C(kernels.tar.zst) and
+    C(kernels.tar.zst.sha256) of every complete entry
+    C(<model>/<mesh>/<impl_id>/<tt_metal_commit>/<vllm_commit>/). Peers deploy from RV(url) with
+    M(ttfleet.inference.kernel_cache) O(ttfleet.inference.kernel_cache#module:store=http), which checks the
+    archive against the manifest's sha256.
+  - The files are found when the server starts, by a walk that never follows a link, and pinned by device, inode
+    and size. Each request opens its file again, component by component relative to a descriptor of O(path) kept
+    open since the start, without following a link. A name outside the set is answered 404; a link, a special file,
+    a replaced or resized file is refused with 403, so a file swapped for a link to an outside file is never served.
+    A file with several hard links is served only if every local user can read it.
   - The server stops at O(state=stopped) or after O(ttl) seconds, whichever comes first; nothing is written to
     O(path).
   - With O(state=stopped), returns the bytes the server sent (RV(served_bytes)).
+  - "The fleet rule (role C(ttfleet.inference.model_cache)): every transfer between peers goes through this module.
+    Holders of a model serve it to the hosts of their C(model_cache_site) that pull it (one server per holder and
+    model, bound to C(model_cache_peer_address)), and the kernel peer C(model_cache_kernel_peer) serves its spool to
+    each host that deploys from it (one server per pulling host, bound to C(model_cache_kernel_peer_address)); each
+    server lives from the start of the pull to its end, at most C(model_cache_peer_ttl) seconds."
 extends_documentation_fragment:
   - ttfleet.inference.attributes
 attributes:
   check_mode:
     support: full
     details:
-      - Reports whether a server would be started or stopped; starts or stops nothing.
+      - Reads O(path) and reports whether a server would be started or stopped; starts or stops nothing.
   diff_mode:
     support: none
   idempotent:
     support: partial
     details:
-      - A server recorded under O(name) and still running for the same O(path) and O(bind) is kept; O(state=stopped)
-        without one is not a change.
+      - A server recorded under O(name) and still running for the same O(path), O(kind), O(bind) and the same files
+        (paths, inodes and sizes), with at least half of O(ttl) left, is kept; O(state=stopped) without one is not a
+        change.
 options:
   state:
     description: Start or stop the server recorded under O(name).
@@ -37,13 +56,24 @@ options:
     choices: [started, stopped]
     default: started
   name:
-    description: Name of the server's state file in O(run_dir), for example the model name.
+    description:
+      - Name of the server's state file in O(run_dir), for example the model name. Letters, digits, C(.), C(_) and
+        C(-).
     type: str
     required: true
+  kind:
+    description:
+      - V(weights) serves a weights directory written by M(ttfleet.inference.model_weights); V(kernels) serves the
+        complete entries of a kernel store spool.
+    type: str
+    choices: [weights, kernels]
+    default: weights
   path:
     description:
-      - The weights directory to serve; it must hold a C(.ttfleet-manifest.json) written by
-        M(ttfleet.inference.model_weights). Required with O(state=started).
+      - The weights directory to serve (it must hold a C(.ttfleet-manifest.json) written by
+        M(ttfleet.inference.model_weights)), or with O(kind=kernels) the kernel store spool (it must hold at least
+        one complete entry). Required with O(state=started).
+      - Opened component by component; a symbolic link on the way is followed only where only root can change it.
     type: path
   bind:
     description:
@@ -60,12 +90,15 @@ options:
     type: int
     default: 3600
   run_dir:
-    description: Directory (mode C(0700)) of the state files.
+    description:
+      - Directory of the state files, created with mode C(0700); it must belong to the user the module runs as and
+        be closed to others. The state files (the URL with its path element, the bytes served) are mode C(0600).
     type: path
     default: /run/ttfleet-weights
 notes:
-  - The path element in RV(url) is random, which keeps casual clients out; it is no access control. Serve only
-    on a trusted fleet network.
+  - The path element in RV(url) is random (128 bits), which keeps other clients on the network out; it travels over
+    plain HTTP, so serve only on a trusted fleet network. RV(url) is a secret while the server runs; register it
+    and hand it to the pulling task without printing it.
 author:
   - ttfleet.inference maintainers (@ttfleet)
 """
@@ -82,11 +115,32 @@ EXAMPLES = r"""
   ttfleet.inference.weights_server:
     name: Qwen3-32B
     state: stopped
+
+- name: Serve the kernel caches packed into the spool to one pulling host
+  ttfleet.inference.weights_server:
+    name: kernels-host-b
+    kind: kernels
+    path: /var/cache/ttfleet/kernel-store
+  register: kernels
+
+- name: Deploy a kernel cache from it on host-b
+  ttfleet.inference.kernel_cache:
+    volume: /opt/tt-cache/volume_id_tt_transformers-Qwen3-32B-v0.17.0
+    model_name: Qwen3-32B
+    mesh: P300x2
+    impl_id: tt_transformers
+    tt_metal_commit: 8c48a10
+    vllm_commit: f52987a
+    store: http
+    store_url: "{{ kernels.url }}"
+  delegate_to: host-b
 """
 
 RETURN = r"""
 url:
-  description: Base URL of the served files (ends in C(/)), for O(ttfleet.inference.model_weights#module:peer_url).
+  description:
+    - Base URL of the served files (ends in C(/)), for O(ttfleet.inference.model_weights#module:peer_url) or
+      O(ttfleet.inference.kernel_cache#module:store_url).
   returned: state is started and not in check mode
   type: str
   sample: http://10.1.0.12:41823/4f1c.../
@@ -98,6 +152,10 @@ address:
   description: The address listened on (O(bind), or the one found when it was not set).
   returned: state is started and not in check mode
   type: str
+files:
+  description: Number of files served.
+  returned: state is started and not in check mode
+  type: int
 pid:
   description: Process id of the server.
   returned: state is started and not in check mode
@@ -108,11 +166,13 @@ served_bytes:
   type: int
 """
 
-import os
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._peer import (
+    KINDS,
+    Catalog,
     PeerError,
     alive,
     default_address,
@@ -127,6 +187,7 @@ def main():
         argument_spec=dict(
             state=dict(type="str", choices=["started", "stopped"], default="started"),
             name=dict(type="str", required=True),
+            kind=dict(type="str", choices=list(KINDS), default="weights"),
             path=dict(type="path"),
             bind=dict(type="str"),
             port=dict(type="int", default=0),
@@ -149,25 +210,46 @@ def main():
             module.fail_json(msg=f"port must be 0-65535 and ttl at least 1 (got {params['port']}, {params['ttl']})")
         if not params["bind"]:
             params["bind"] = default_address()
-        same = (
-            running
-            and current.get("path") == os.path.realpath(params["path"])
-            and current.get("bind") == params["bind"]
-        )
-        if same:
-            module.exit_json(
-                changed=False, url=current["url"], port=current["port"], pid=current["pid"], address=params["bind"]
-            )
-        if module.check_mode:
-            module.exit_json(changed=True)
-        if running:
-            stop_server(params["run_dir"], params["name"])
+        pinned = Catalog(params["path"], params["kind"])
+        try:
+            # A server about to expire is not kept: the pull that follows could outlive it.
+            fresh = running and current.get("expires", 0) - time.time() >= params["ttl"] / 2
+            if fresh and (current.get("catalog"), current.get("bind")) == (pinned.digest, params["bind"]):
+                module.exit_json(
+                    changed=False,
+                    url=current["url"],
+                    port=current["port"],
+                    pid=current["pid"],
+                    files=current["files"],
+                    address=params["bind"],
+                )
+            if module.check_mode:
+                module.exit_json(changed=True)
+            if running:
+                stop_server(params["run_dir"], params["name"])
+        except BaseException:
+            pinned.close()
+            raise
         state = start_server(
-            params["path"], params["bind"], params["port"], params["ttl"], params["run_dir"], params["name"]
+            params["path"],
+            params["bind"],
+            params["port"],
+            params["ttl"],
+            params["run_dir"],
+            params["name"],
+            params["kind"],
+            pinned=pinned,
         )
     except PeerError as exc:
         module.fail_json(msg=str(exc))
-    module.exit_json(changed=True, url=state["url"], port=state["port"], pid=state["pid"], address=params["bind"])
+    module.exit_json(
+        changed=True,
+        url=state["url"],
+        port=state["port"],
+        pid=state["pid"],
+        files=state["files"],
+        address=params["bind"],
+    )
 
 
 if __name__ == "__main__":

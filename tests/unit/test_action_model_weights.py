@@ -209,3 +209,13 @@ def test_an_interrupted_run_stops_its_job(monkeypatch):
         plugin.run(task_vars={"inventory_hostname": "h"})
     assert any("pgrep -f -- 'async_wrapper.*[ ]j99 '" in c and "kill -TERM -- -$p $p" in c for c in commands)
     assert commands[-1] == "rm -rf -- /tmp/ttfleet-progress.x"
+
+
+def test_credentials_in_the_s3_endpoint_are_refused_on_the_controller():
+    act.refuse_url_credentials({"s3_endpoint": "https://s3.lab:9000"})
+    act.refuse_url_credentials({})
+    with pytest.raises(AnsibleActionFail) as err:
+        act.refuse_url_credentials({"s3_endpoint": "http://AKID:sec@ret@s3.lab:9000"})
+    assert "sec@ret" not in str(err.value) and "AKID" not in str(err.value)
+    assert "'http://********@s3.lab:9000'" in str(err.value)
+    assert "set s3_access_key and s3_secret_key instead" in str(err.value)

@@ -16,6 +16,7 @@ import pytest
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _kernels as k
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client
+from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import opened_dir
 
 pytestmark = pytest.mark.skipif(shutil.which("zstd") is None, reason="needs the zstd program")
 
@@ -256,8 +257,8 @@ def test_unsafe_members_are_refused(tmp_path):
     packed = subprocess.run(["zstd", "-q", "-c"], input=raw.getvalue(), capture_output=True, check=True).stdout
     staging = tmp_path / "staging"
     staging.mkdir()
-    with pytest.raises(k.KernelError, match=r"unsafe member name '\.\./escape'"):
-        k.unpack(io.BytesIO(packed), str(staging), shutil.which("zstd"), 100)
+    with pytest.raises(k.KernelError, match=r"unsafe member name '\.\./escape'"), opened_dir(str(staging)) as fd:
+        k.unpack(io.BytesIO(packed), fd, shutil.which("zstd"), 100)
     assert not (tmp_path / "escape").exists()
 
 

@@ -10,6 +10,7 @@ import os
 import pytest
 from conftest import FIXTURES
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels import MARKER_PREFIX
 from ansible_collections.ttfleet.inference.plugins.module_utils._reuse import (
     RECORD_NAME,
     annotate_candidates,
@@ -248,3 +249,34 @@ def test_a_volume_of_the_same_commit_goes_first(tmp_path):
     # Without isolation the cached -v0.17.0 would win; its kernels are of another commit, -v0.18.0's are not.
     assert [c["version"] for c in candidates] == ["0.18.0", "0.17.0"]
     assert candidates[0]["reuse"] == "symlink" and candidates[1]["reuse"] == "hardlink"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the layout and the planted files need root")
+def test_a_hardlinked_volume_of_a_hostile_source_follows_the_layout(tmp_path):
+    victim = tmp_path / "root-only"
+    victim.write_bytes(b"secret")
+    os.chmod(victim, 0o600)
+    old = _volume(tmp_path, OLD)
+    weights = old / "weights" / LLAMA
+    # What the container user can plant in a volume it owns: a link to a root-only file, a FIFO, a marker
+    # FIFO where the kernel cache records its commit.
+    (weights / "stolen.json").symlink_to(victim)
+    os.mkfifo(weights / "pipe")
+    os.mkfifo(old / "tt_metal_cache" / f"cache_{LLAMA}" / f"{MARKER_PREFIX}P300x2.json")
+    for current, dirs, names in os.walk(old):
+        for name in [*dirs, *names, "."]:
+            os.chown(os.path.join(current, name), 1000, 1000, follow_symlinks=False)
+    assert recorded_commit(str(old), LLAMA, "P300x2") == (None, None)
+    new = tmp_path / NEW
+    apply_hardlink(plan_hardlink(str(new), str(old), tt_metal_commit="b204341"))
+
+    assert os.readlink(new / "weights" / LLAMA / "stolen.json") == str(victim)
+    assert os.lstat(new / "weights" / LLAMA / "stolen.json").st_uid == 0
+    assert not os.path.lexists(new / "weights" / LLAMA / "pipe")
+    for rel in (".", "weights", f"weights/{LLAMA}", "huggingface"):
+        st = os.lstat(new / rel)
+        assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (0, 0, 0o755), rel
+    st = os.lstat(new / "tt_metal_cache")
+    assert (st.st_uid, st.st_mode & 0o777) == (1000, 0o755)
+    assert (new / RECORD_NAME).stat().st_uid == 0
+    assert victim.read_bytes() == b"secret" and (victim.stat().st_uid, victim.stat().st_mode & 0o777) == (0, 0o600)

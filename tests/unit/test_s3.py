@@ -290,3 +290,50 @@ def test_connection_refused_is_an_s3_error():
     client = S3Client(f"http://127.0.0.1:{port}", "AK", "SK", timeout=2)
     with pytest.raises(S3Error, match="failed"):
         client.head_object("b", "k")
+
+
+@pytest.mark.parametrize(
+    ("value", "start"),
+    [
+        ("bytes 100-199/200", 100),
+        ("bytes 0-0/1", 0),
+        ("  Bytes 5-9/*  ", 5),
+        ("bytes 100-199/150", None),  # past the complete length
+        ("bytes 200-100/300", None),  # last before first
+        ("bytes */200", None),  # unsatisfied range
+        ("bytes 100-", None),
+        ("bytes=100-199/200", None),
+        ("items 100-199/200", None),
+        ("bytes 100-199/200, bytes 0-1/200", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_content_range_start(value, start):
+    assert s3.content_range_start(value) == start
+
+
+def test_userinfo_is_hidden_in_any_url():
+    text = "GET http://user:p@ss@s3.lab:9000/b/k and https://tok@hub.lab/x, not mail@example.net"
+    assert s3.hide_userinfo(text) == (
+        "GET http://********@s3.lab:9000/b/k and https://********@hub.lab/x, not mail@example.net"
+    )
+    with pytest.raises(S3Error) as err:
+        S3Client("http://AK:p@ss@s3.lab:9000", "AK", "SK")
+    assert "set s3_access_key and s3_secret_key instead" in str(err.value)
+    assert "p@ss" not in str(err.value) and "ss@s3" not in str(err.value)
+
+
+def test_transfers_refuse_links_and_special_files(tmp_path):
+    client = S3Client("http://127.0.0.1:9", "AK", "SK", timeout=1)
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"root only")
+    os.chmod(victim, 0o600)
+    (tmp_path / "link").symlink_to(victim)
+    os.mkfifo(tmp_path / "fifo")
+    for name in ("link", "fifo"):
+        with pytest.raises(S3Error, match="cannot upload"):
+            client.upload_file("b", "k", str(tmp_path / name))
+        with pytest.raises(S3Error, match="cannot write"):
+            s3._open_write(str(tmp_path / name), keep=False)
+    assert victim.read_bytes() == b"root only"

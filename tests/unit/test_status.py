@@ -75,7 +75,7 @@ def test_state_files_sorted_and_bad_ones_reported(tmp_path):
     (tmp_path / ".hidden.json").write_text("{}")
     found = _status.read_state_files(str(tmp_path))
     assert [item["instance"] for item in found] == ["a", "b", "c"]
-    assert found[0]["error"] and found[1]["error"] is None and found[2]["error"] == "not a JSON object"
+    assert found[0]["error"] and found[1]["error"] is None and found[2]["error"] == "does not hold a JSON object"
     assert found[1]["data"]["port"] == 8001
 
 

@@ -29,6 +29,7 @@ import pytest
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _weights as weights
+from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import read_json_path
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights import WeightsError
 from ansible_collections.ttfleet.inference.plugins.modules import model_weights as model_weights_module
 
@@ -101,6 +102,28 @@ def test_relpath_refused(bad):
 def test_scrub_token_and_url_credentials():
     text = f"GET https://user:pw@mirror.lab/x failed with Bearer {TOKEN}"
     assert weights.scrub(text, TOKEN) == "GET https://********@mirror.lab/x failed with Bearer ********"
+    # A password holding "@" is user info up to the last "@" before the host.
+    assert weights.scrub("http://u:p@ss@s3.lab:9000/b") == "http://********@s3.lab:9000/b"
+
+
+def test_module_refuses_and_masks_credentials_in_the_s3_endpoint(tmp_path, capsys):
+    args = {
+        "dest": str(tmp_path / "weights" / "M"),
+        "source": "s3",
+        "repo_id": REPO,
+        "revision": "c" * 40,
+        "s3_endpoint": "http://AKID:s3cr3t@s3.lab:9000",
+        "s3_bucket": "models",
+        "s3_access_key": "AKID",
+        "s3_secret_key": "another-secret",
+    }
+    with patch_module_args(args), pytest.raises(SystemExit) as exc:
+        model_weights_module.main()
+    out = capsys.readouterr().out
+    assert exc.value.code == 1
+    assert "s3cr3t" not in out and "another-secret" not in out
+    assert "set s3_access_key and s3_secret_key instead" in json.loads(out)["msg"]
+    assert not (tmp_path / "weights").exists()
 
 
 def test_hf_files_reads_lfs_and_git_blobs():
@@ -126,7 +149,7 @@ def test_manifest_round_trip(tmp_path):
     path = weights.write_manifest(str(tmp_path), manifest)
     assert path == str(tmp_path / ".ttfleet-manifest.json")
     assert oct(os.stat(path).st_mode & 0o777) == "0o644"
-    data = weights.read_json(path)
+    data = read_json_path(path)
     assert data == manifest
     assert data["endpoint"] == "https://********@mirror.lab"
     assert data["files"] == {"config.json": {"size": 3, "sha256": "d" * 64}}

@@ -1,0 +1,484 @@
+"""kernel_cache against a hostile cache tree (issue 13): links, FIFOs and planted names where the container UID
+can write. Run as root on real directories; each case checks that a root-only victim is left as it was.
+
+The unprivileged attacks themselves (setpriv as uid 1000 against the module) live in the attacker suite; here the
+planted names are made by root in the places and with the owners uid 1000 would have.
+"""
+
+import contextlib
+import functools
+import http.server
+import io
+import json
+import os
+import secrets
+import shutil
+import signal
+import stat
+import subprocess
+import tarfile
+import threading
+
+import pytest
+
+from ansible_collections.ttfleet.inference.plugins.module_utils import _kernels as k
+from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import opened_dir
+
+pytestmark = [
+    pytest.mark.skipif(shutil.which("zstd") is None, reason="needs the zstd program"),
+    pytest.mark.skipif(os.geteuid() != 0, reason="plants root-owned victims and hands directories to uid 1000"),
+]
+
+KEY = {
+    "model_name": "Qwen3-32B",
+    "mesh": "P300x2",
+    "impl_id": "tt_transformers",
+    "tt_metal_commit": "8c48a10",
+    "vllm_commit": "f52987a",
+}
+USER = 1000
+OLD = 1_000_000_000
+SECRET = b"root:$6$only-root-reads-this\n"
+
+
+@pytest.fixture(autouse=True)
+def never_blocks():
+    """A FIFO opened blocking would hang the test: fail it after 20 s instead."""
+
+    def expired(_signum, _frame):
+        raise TimeoutError("blocked for 20 s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(20)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.fixture
+def victim(tmp_path):
+    """A root-only file and directory outside every volume, with what they must still hold afterwards."""
+    vdir = tmp_path / "root-only"
+    vdir.mkdir(mode=0o700)
+    os.chmod(vdir, 0o700)
+    vfile = vdir / "shadow"
+    vfile.write_bytes(SECRET)
+    os.chmod(vfile, 0o600)
+
+    def state():
+        listing = {}
+        for dirpath, dirnames, filenames in os.walk(vdir):
+            for name in dirnames + filenames + [""]:
+                path = os.path.join(dirpath, name)
+                st = os.lstat(path)
+                data = pathlib_bytes(path) if stat.S_ISREG(st.st_mode) else None
+                listing[os.path.relpath(path, vdir)] = (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode), data)
+        return listing
+
+    before = state()
+    yield {"dir": str(vdir), "file": str(vfile), "state": state, "before": before}
+    assert state() == before, "the root-only victim changed"
+
+
+def pathlib_bytes(path):
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+def warm_cache(volume):
+    """A warmed-up cache in the real layout, everything below the volume handed to the container UID."""
+    root = k.cache_path(str(volume), KEY)
+    files = {"kernels/a/brisc.elf": os.urandom(4096), "tensor_cache/w.tensorbin": os.urandom(20000)}
+    for rel, data in files.items():
+        path = os.path.join(root, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as handle:
+            handle.write(data)
+    give(os.path.join(str(volume), "tt_metal_cache"))
+    age(root)
+    return root, files
+
+
+def give(top, uid=USER):
+    """chown -hR uid:uid top (what a volume of the container UID looks like)."""
+    os.lchown(top, uid, uid)
+    for dirpath, dirnames, filenames in os.walk(top):
+        for name in dirnames + filenames:
+            os.lchown(os.path.join(dirpath, name), uid, uid)
+
+
+def age(top):
+    for dirpath, dirnames, filenames in os.walk(top):
+        for name in dirnames + filenames:
+            os.utime(os.path.join(dirpath, name), (OLD, OLD), follow_symlinks=False)
+    os.utime(top, (OLD, OLD))
+
+
+def opts(volume, **extra):
+    base = dict(KEY, volume=str(volume), host="lab", quiet_seconds=60, owner=USER, group=USER)
+    base.update(extra)
+    return base
+
+
+def user_volume(path):
+    """A volume as the container UID owns it today (before the ownership migration): untrusted all the way."""
+    path.mkdir()
+    os.chown(path, USER, USER)
+    return path
+
+
+@pytest.fixture
+def store(tmp_path):
+    """A path store holding the key, harvested from a volume of its own."""
+    src = user_volume(tmp_path / "src")
+    warm_cache(src)
+    store = k.PathStore(str(tmp_path / "store"))
+    k.harvest(opts(src, warmed=True), store)
+    return store
+
+
+def tree(root):
+    out = {}
+    for dirpath, _dirs, filenames in os.walk(root):
+        for name in filenames:
+            out[os.path.relpath(os.path.join(dirpath, name), root)] = pathlib_bytes(os.path.join(dirpath, name))
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Broke 1: the marker
+
+
+def test_links_at_the_old_predictable_marker_temp_names_are_never_used(tmp_path, victim, store):
+    vol = user_volume(tmp_path / "vol")
+    warm_cache(vol)
+    parent = os.path.dirname(k.cache_path(str(vol), KEY))
+    # What uid 1000 planted against the old code: every pid's temp name linked to the victim.
+    for pid in {os.getpid(), *range(1, 200)}:
+        os.symlink(victim["file"], os.path.join(parent, f".ttfleet-tmp-.ttfleet-kernels-P300x2.json.{pid}"))
+    done = k.harvest(opts(vol, warmed=True, force=True), store)
+    assert done["changed"]
+    marker = os.path.join(parent, ".ttfleet-kernels-P300x2.json")
+    st = os.lstat(marker)
+    assert stat.S_ISREG(st.st_mode) and (st.st_uid, st.st_gid) == (USER, USER) and stat.S_IMODE(st.st_mode) == 0o644
+    assert json.loads(pathlib_bytes(marker))["key"] == KEY
+    # The planted links are still links, untouched; no temporary file of ours is left.
+    left = sorted(n for n in os.listdir(parent) if n.startswith(".ttfleet-tmp-"))
+    assert len(left) == len({os.getpid(), *range(1, 200)})
+    assert all(os.path.islink(os.path.join(parent, n)) for n in left)
+
+
+@pytest.mark.parametrize("action", ["harvest", "deploy", "inspect"])
+def test_a_link_at_the_marker_is_refused(tmp_path, victim, store, action):
+    vol = user_volume(tmp_path / "vol")
+    warm_cache(vol)
+    marker = k.marker_path(str(vol), KEY)
+    os.symlink(victim["file"], marker)
+    os.lchown(marker, USER, USER)
+    with pytest.raises(k.KernelError, match=r"\.ttfleet-kernels-P300x2\.json is a symbolic link; it is not followed"):
+        if action == "harvest":
+            k.harvest(opts(vol, warmed=True, force=True), store)
+        elif action == "deploy":
+            k.deploy(opts(vol, force=True), store)
+        else:
+            k.inspect(opts(vol))
+    assert os.path.islink(marker)
+
+
+# ---------------------------------------------------------------------------
+# Broke 6: FIFOs
+
+
+@pytest.mark.parametrize("action", ["harvest", "deploy", "inspect"])
+def test_a_fifo_marker_fails_at_once_naming_it(tmp_path, store, action):
+    vol = user_volume(tmp_path / "vol")
+    warm_cache(vol)
+    marker = k.marker_path(str(vol), KEY)
+    os.mkfifo(marker)
+    with pytest.raises(k.KernelError) as info:
+        if action == "harvest":
+            k.harvest(opts(vol, warmed=True, force=True), store)
+        elif action == "deploy":
+            k.deploy(opts(vol), store)
+        else:
+            k.inspect(opts(vol))
+    assert f"{marker} is a fifo, not a regular file" in str(info.value)
+    assert "remove it" in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["manifest.json", "kernels.tar.zst.sha256", "kernels.tar.zst"])
+def test_a_fifo_in_a_path_store_entry_fails_at_once_naming_it(tmp_path, store, name):
+    path = os.path.join(store.entry_dir(KEY), name)
+    os.unlink(path)
+    os.mkfifo(path)
+    with pytest.raises(k.KernelError) as info:
+        k.deploy(opts(tmp_path / "b"), store)
+    assert f"{path} is a fifo, not a regular file" in str(info.value)
+    assert "harvest again" in str(info.value)
+    assert not os.path.exists(k.cache_path(str(tmp_path / "b"), KEY))
+
+
+def test_a_link_in_a_path_store_entry_is_not_followed(tmp_path, store, victim):
+    path = os.path.join(store.entry_dir(KEY), "manifest.json")
+    os.unlink(path)
+    os.symlink(victim["file"], path)
+    with pytest.raises(k.KernelError, match=r"manifest\.json is a symbolic link; it is not followed"):
+        k.deploy(opts(tmp_path / "b"), store)
+
+
+# ---------------------------------------------------------------------------
+# The parent chain: tt_metal_cache and cache_<model>
+
+
+def test_deploy_refuses_a_link_at_cache_model_to_a_root_dir(tmp_path, victim, store):
+    vol = user_volume(tmp_path / "vol")
+    tmc = vol / "tt_metal_cache"
+    tmc.mkdir()
+    os.chown(tmc, USER, USER)
+    os.symlink(victim["dir"], tmc / "cache_Qwen3-32B")
+    os.lchown(tmc / "cache_Qwen3-32B", USER, USER)
+    for action in (k.deploy, k.inspect):
+        with pytest.raises(k.KernelError) as info:
+            action(opts(vol, force=True), store) if action is k.deploy else action(opts(vol))
+        assert f"{tmc}/cache_Qwen3-32B is a symbolic link in a directory that a non-root user can write" in str(
+            info.value
+        )
+        assert f"Fix: make {tmc}/cache_Qwen3-32B a real directory" in str(info.value)
+    assert os.path.islink(tmc / "cache_Qwen3-32B")
+
+
+def test_deploy_refuses_a_link_at_tt_metal_cache(tmp_path, victim, store):
+    vol = user_volume(tmp_path / "vol")
+    os.symlink(victim["dir"], vol / "tt_metal_cache")
+    os.lchown(vol / "tt_metal_cache", USER, USER)
+    with pytest.raises(k.KernelError, match=r"tt_metal_cache is a symbolic link in a directory that a non-root user"):
+        k.deploy(opts(vol, force=True), store)
+    assert os.path.islink(vol / "tt_metal_cache")
+
+
+def test_harvest_refuses_a_cache_reached_through_a_link(tmp_path, store, victim):
+    # A complete cache laid out in a directory of root's, and uid 1000 linking tt_metal_cache to it.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    warm_cache(elsewhere)
+    vol = user_volume(tmp_path / "vol")
+    os.symlink(elsewhere / "tt_metal_cache", vol / "tt_metal_cache")
+    os.lchown(vol / "tt_metal_cache", USER, USER)
+    other = k.PathStore(str(tmp_path / "other-store"))
+    with pytest.raises(k.KernelError, match="tt_metal_cache is a symbolic link"):
+        k.harvest(opts(vol, warmed=True), other)
+    assert not os.path.exists(other.root)
+
+
+def test_a_link_at_the_cache_itself_is_refused(tmp_path, store, victim):
+    vol = user_volume(tmp_path / "vol")
+    parent = os.path.dirname(k.cache_path(str(vol), KEY))
+    os.makedirs(parent)
+    give(os.path.join(vol, "tt_metal_cache"))
+    os.symlink(victim["dir"], os.path.join(parent, "P300x2"))
+    with pytest.raises(k.KernelError, match=r"exists but is not a directory; move it away .*it is a symlink"):
+        k.deploy(opts(vol, force=True), store)
+    with pytest.raises(k.KernelError, match=r"exists but is not a directory; move it away .*it is a symlink"):
+        k.harvest(opts(vol, warmed=True, force=True), store)
+
+
+def test_a_root_owned_volume_root_may_alias_the_volume(tmp_path, store):
+    """The volume itself may be a link in a root-only directory (a volume alias): that one is followed."""
+    root = tmp_path / "volumes"
+    root.mkdir(mode=0o755)
+    os.chmod(root, 0o755)
+    real = user_volume(root / "volume_id_real")
+    os.symlink("volume_id_real", root / "alias")
+    got = k.deploy(opts(root / "alias"), store)
+    assert got["changed"] and os.path.isdir(k.cache_path(str(real), KEY))
+
+
+# ---------------------------------------------------------------------------
+# Harvest reads only the cache's own regular files
+
+
+def test_a_link_inside_the_cache_is_never_packed(tmp_path, victim):
+    vol = user_volume(tmp_path / "vol")
+    root, _files = warm_cache(vol)
+    os.symlink(victim["file"], os.path.join(root, "kernels", "leak.bin"))
+    os.lchown(os.path.join(root, "kernels", "leak.bin"), USER, USER)
+    age(root)
+    store = k.PathStore(str(tmp_path / "store"))
+    with pytest.raises(k.KernelError, match=r"neither files nor directories: kernels/leak\.bin"):
+        k.harvest(opts(vol, warmed=True), store)
+    assert not os.path.exists(store.entry_dir(KEY))
+
+
+def test_a_file_swapped_for_a_link_while_packing_is_refused(tmp_path, victim):
+    vol = user_volume(tmp_path / "vol")
+    root, _files = warm_cache(vol)
+    out = tmp_path / "out.tar.zst"
+    with opened_dir(root) as fd:
+        scan = k.scan_cache(fd)
+        # The race uid 1000 runs: between the scan and the pack, a scanned file becomes a link to the victim.
+        target = os.path.join(root, "tensor_cache", "w.tensorbin")
+        os.unlink(target)
+        os.symlink(victim["file"], target)
+        out_fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with pytest.raises(k.KernelError, match=r"w\.tensorbin is a symbolic link; it is not followed"):
+                k.pack(fd, scan, out_fd, shutil.which("zstd"), 1, where=root)
+        finally:
+            os.close(out_fd)
+    assert SECRET not in pathlib_bytes(out)
+
+
+def test_a_fifo_swapped_in_while_packing_is_refused_at_once(tmp_path):
+    vol = user_volume(tmp_path / "vol")
+    root, _files = warm_cache(vol)
+    with opened_dir(root) as fd:
+        scan = k.scan_cache(fd)
+        target = os.path.join(root, "kernels", "a", "brisc.elf")
+        os.unlink(target)
+        os.mkfifo(target)
+        out_fd = os.open(tmp_path / "out", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with pytest.raises(k.KernelError, match=r"brisc\.elf is a fifo, not a regular file"):
+                k.pack(fd, scan, out_fd, shutil.which("zstd"), 1, where=root)
+        finally:
+            os.close(out_fd)
+
+
+def test_a_hard_link_to_a_file_of_another_owner_is_not_packed(tmp_path, victim):
+    vol = user_volume(tmp_path / "vol")
+    root, _files = warm_cache(vol)
+    # Where fs.protected_hardlinks is off, uid 1000 can link a root-only file into its cache.
+    os.link(victim["file"], os.path.join(root, "kernels", "hard.bin"))
+    age(root)
+    store = k.PathStore(str(tmp_path / "store"))
+    with pytest.raises(k.KernelError, match=r"hard\.bin is a hard link to a file owned by uid 0"):
+        k.harvest(opts(vol, warmed=True), store)
+    os.unlink(os.path.join(root, "kernels", "hard.bin"))
+    assert not os.path.exists(os.path.join(store.entry_dir(KEY), "manifest.json"))
+
+
+# ---------------------------------------------------------------------------
+# Deploy: staging, leftovers, ownership
+
+
+def test_deploy_gives_the_cache_to_the_container_uid_not_the_volume(tmp_path, store):
+    vol = tmp_path / "fresh"
+    got = k.deploy(opts(vol), store)
+    assert got["changed"]
+    assert os.stat(vol).st_uid == 0
+    parent = os.path.dirname(k.cache_path(str(vol), KEY))
+    for path in (os.path.join(vol, "tt_metal_cache"), parent, k.marker_path(str(vol), KEY)):
+        assert os.stat(path).st_uid == USER, path
+    for dirpath, dirnames, filenames in os.walk(k.cache_path(str(vol), KEY)):
+        for name in [*dirnames, *filenames, ""]:
+            st = os.lstat(os.path.join(dirpath, name))
+            assert (st.st_uid, st.st_gid) == (USER, USER)
+            assert stat.S_IMODE(st.st_mode) in (0o644, 0o755)
+    assert sorted(os.listdir(parent)) == [".ttfleet-kernels-P300x2.json", "P300x2"]
+
+
+def test_leftover_staging_links_are_removed_not_followed(tmp_path, store, victim):
+    vol = user_volume(tmp_path / "vol")
+    parent = os.path.dirname(k.cache_path(str(vol), KEY))
+    os.makedirs(parent)
+    give(os.path.join(vol, "tt_metal_cache"))
+    for name in (".ttfleet-tmp-P300x2-1-2", ".ttfleet-tmp-P300x2-dir"):
+        os.symlink(victim["dir"], os.path.join(parent, name))
+    os.makedirs(os.path.join(parent, ".ttfleet-tmp-P300x2-tree", "sub"))
+    os.symlink(victim["file"], os.path.join(parent, ".ttfleet-tmp-P300x2-tree", "sub", "f"))
+    assert k.deploy(opts(vol), store)["changed"]
+    assert sorted(os.listdir(parent)) == [".ttfleet-kernels-P300x2.json", "P300x2"]
+
+
+def test_a_staging_directory_swapped_while_unpacking_is_not_put_in_place(tmp_path, store, monkeypatch):
+    vol = user_volume(tmp_path / "vol")
+    parent = os.path.dirname(k.cache_path(str(vol), KEY))
+    real_unpack = k.unpack
+
+    def racing_unpack(source, staging_fd, *args, **kwargs):
+        got = real_unpack(source, staging_fd, *args, **kwargs)
+        # uid 1000 owns the parent: it renames the staging directory away and puts its own in its place.
+        (name,) = [n for n in os.listdir(parent) if n.startswith(".ttfleet-tmp-P300x2-")]
+        os.rename(os.path.join(parent, name), os.path.join(parent, "moved"))
+        os.mkdir(os.path.join(parent, name))
+        return got
+
+    monkeypatch.setattr(k, "unpack", racing_unpack)
+    with pytest.raises(k.KernelError, match="was replaced while the cache was unpacked into it"):
+        k.deploy(opts(vol), store)
+    assert not os.path.exists(k.cache_path(str(vol), KEY))
+
+
+def test_unpack_creates_nothing_through_a_planted_link(tmp_path, victim):
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        for name in ("d/", "d/f"):
+            info = tarfile.TarInfo(name.rstrip("/"))
+            if name.endswith("/"):
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            else:
+                info.size = 3
+                tar.addfile(info, io.BytesIO(b"new"))
+    packed = subprocess.run(["zstd", "-q", "-c"], input=raw.getvalue(), capture_output=True, check=True).stdout
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    # A link where the archive's directory goes: makedirs must refuse it, not write into the victim directory.
+    os.symlink(victim["dir"], staging / "d")
+    with pytest.raises(k.SafeFileError, match="is a symlink, not a directory"), opened_dir(str(staging)) as fd:
+        k.unpack(io.BytesIO(packed), fd, shutil.which("zstd"), 100, owner=(USER, USER))
+
+
+# ---------------------------------------------------------------------------
+# The http store behind the peer server's path token
+
+
+TOKEN = secrets.token_hex(16)
+
+
+@pytest.mark.parametrize("base", [f"http://10.0.0.5:41234/{TOKEN}/", f"http://10.0.0.5:41234/{TOKEN}"])
+def test_http_store_urls_keep_the_token_and_never_show_it(base):
+    remote = k.HttpStore(base)
+    entry = "Qwen3-32B/P300x2/tt_transformers/8c48a10/f52987a"
+    assert remote._url(KEY, "manifest.json") == f"http://10.0.0.5:41234/{TOKEN}/{entry}/manifest.json"
+    assert remote._url({**KEY, "vllm_commit": None}, "kernels.tar.zst").endswith("/8c48a10/none/kernels.tar.zst")
+    assert remote.describe(KEY) == f"http://10.0.0.5:41234/<base path>/{entry}/"
+    assert TOKEN not in remote.describe() + remote.describe(KEY, "kernels.tar.zst")
+    plain = k.HttpStore("http://user:pw@mirror:8080")
+    assert plain._url(KEY, "x") == f"http://user:pw@mirror:8080/{entry}/x"
+    assert plain.describe(KEY) == f"http://mirror:8080/{entry}/"
+
+
+@contextlib.contextmanager
+def serving(directory):
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(directory))
+    handler.log_message = lambda *a: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_deploy_from_a_store_under_a_path_token(tmp_path):
+    src = user_volume(tmp_path / "src")
+    _root, files = warm_cache(src)
+    served = tmp_path / "served"
+    store = k.PathStore(str(served / TOKEN))
+    k.harvest(opts(src, warmed=True), store)
+    with serving(served) as port:
+        got = k.deploy(opts(tmp_path / "b", required=True), k.HttpStore(f"http://127.0.0.1:{port}/{TOKEN}/"))
+        assert got["changed"] and tree(k.cache_path(str(tmp_path / "b"), KEY)) == files
+        assert TOKEN not in json.dumps(got)
+        marker = json.loads(pathlib_bytes(k.marker_path(str(tmp_path / "b"), KEY)))
+        assert marker["source"].startswith(f"store http://127.0.0.1:{port}/<base path>/Qwen3-32B/")
+        assert TOKEN not in json.dumps(marker)
+        # Without the token the store holds nothing.
+        missing = k.deploy(opts(tmp_path / "c"), k.HttpStore(f"http://127.0.0.1:{port}/"))
+        assert missing["missing"] and not missing["changed"]
+        with pytest.raises(k.KernelError) as info:
+            k.deploy(opts(tmp_path / "d", required=True), k.HttpStore(f"http://127.0.0.1:{port}/{'0' * 32}/"))
+        assert "0" * 32 not in str(info.value)
