@@ -197,33 +197,30 @@ def open_subdir(dirfd, name, where=None):
         raise
 
 
-def open_relative(dirfd, relpath, where=None):
-    """Descriptor of the directory ``relpath`` below ``dirfd``, no link followed on the way."""
+def _descend(dirfd, relpath, step):
+    """Walk ``relpath`` below ``dirfd`` one component at a time with ``step(fd, name)``, which returns the next
+    directory's descriptor; returns the last one (a new descriptor even for an empty ``relpath``)."""
     fd = os.dup(dirfd)
     try:
         for name in _rel_parts(relpath):
-            nxt = open_subdir(fd, name, where)
+            nxt = step(fd, name)
             os.close(fd)
             fd = nxt
         return fd
     except BaseException:
         os.close(fd)
         raise
+
+
+def open_relative(dirfd, relpath, where=None):
+    """Descriptor of the directory ``relpath`` below ``dirfd``, no link followed on the way."""
+    return _descend(dirfd, relpath, lambda fd, name: open_subdir(fd, name, where))
 
 
 def makedirs(dirfd, relpath, mode=0o755, owner=None, where=None):
     """Descriptor of ``relpath`` below ``dirfd``, creating missing directories with ``mode`` and ``owner``
     (set on the new descriptor). Existing components must be real directories."""
-    fd = os.dup(dirfd)
-    try:
-        for name in _rel_parts(relpath):
-            nxt = ensure_dir(fd, name, mode, owner, where)[0]
-            os.close(fd)
-            fd = nxt
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
+    return _descend(dirfd, relpath, lambda fd, name: ensure_dir(fd, name, mode, owner, where)[0])
 
 
 def ensure_dir(dirfd, name, mode=0o755, owner=None, where=None):
@@ -397,16 +394,16 @@ def unlink(dirfd, name, missing_ok=True):
             raise
 
 
-def write_atomic(dirfd, name, data, mode=0o644, owner=None, where=None):
-    """Replace ``name`` in ``dirfd`` with ``data`` through a random O_EXCL temporary file, fsync and rename.
-    Mode and owner are set on the descriptor before the rename."""
+@contextlib.contextmanager
+def replacing(dirfd, name, mode=0o644, owner=None):
+    """Yield the descriptor of a new file with a random O_EXCL name in ``dirfd``; when the block ends without an
+    error it is fsynced, given ``mode`` and ``owner`` on the descriptor and renamed over ``name``. On an error the
+    temporary file is removed and ``name`` is untouched."""
     _check_name(name)
     fd, tmp = create_temp(dirfd, name[:40])
     try:
-        with os.fdopen(fd, "wb", closefd=False) as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(fd)
+        yield fd
+        os.fsync(fd)
         set_attrs(fd, mode, owner)
         rename(dirfd, tmp, name)
     except BaseException:
@@ -416,6 +413,19 @@ def write_atomic(dirfd, name, data, mode=0o644, owner=None, where=None):
     finally:
         os.close(fd)
     fsync_dir(dirfd)
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def write_atomic(dirfd, name, data, mode=0o644, owner=None, where=None):
+    """Replace ``name`` in ``dirfd`` with ``data`` through a random O_EXCL temporary file, fsync and rename.
+    Mode and owner are set on the descriptor before the rename."""
+    with replacing(dirfd, name, mode, owner) as fd:
+        _write_all(fd, data)
 
 
 def write_json(dirfd, name, data, mode=0o644, owner=None, where=None):
@@ -524,9 +534,8 @@ def copy_file(src_dirfd, src_name, dst_dirfd, dst_name, mode=0o644, owner=None, 
     try:
         if limit is not None and sst.st_size > limit:
             raise SafeFileError(src_name, f"is larger than {limit} bytes")
-        dfd, tmp = create_temp(dst_dirfd, dst_name[:40])
-        try:
-            copied = 0
+        copied = 0
+        with replacing(dst_dirfd, dst_name, mode, owner) as dfd:
             while True:
                 block = os.read(sfd, chunk)
                 if not block:
@@ -534,18 +543,7 @@ def copy_file(src_dirfd, src_name, dst_dirfd, dst_name, mode=0o644, owner=None, 
                 copied += len(block)
                 if limit is not None and copied > limit:
                     raise SafeFileError(src_name, f"grew past {limit} bytes while copied")
-                view = memoryview(block)
-                while view:
-                    view = view[os.write(dfd, view) :]
-            os.fsync(dfd)
-            set_attrs(dfd, mode, owner)
-            rename(dst_dirfd, tmp, dst_name)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=dst_dirfd)
-            raise
-        finally:
-            os.close(dfd)
+                _write_all(dfd, block)
         return copied
     finally:
         os.close(sfd)

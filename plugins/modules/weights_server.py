@@ -182,6 +182,17 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._peer import (
 )
 
 
+def _exit_running(module, state, changed):
+    module.exit_json(
+        changed=changed,
+        url=state["url"],
+        port=state["port"],
+        pid=state["pid"],
+        files=state["files"],
+        address=module.params["bind"],
+    )
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -215,14 +226,7 @@ def main():
             # A server about to expire is not kept: the pull that follows could outlive it.
             fresh = running and current.get("expires", 0) - time.time() >= params["ttl"] / 2
             if fresh and (current.get("catalog"), current.get("bind")) == (pinned.digest, params["bind"]):
-                module.exit_json(
-                    changed=False,
-                    url=current["url"],
-                    port=current["port"],
-                    pid=current["pid"],
-                    files=current["files"],
-                    address=params["bind"],
-                )
+                _exit_running(module, current, changed=False)
             if module.check_mode:
                 module.exit_json(changed=True)
             if running:
@@ -242,14 +246,7 @@ def main():
         )
     except PeerError as exc:
         module.fail_json(msg=str(exc))
-    module.exit_json(
-        changed=True,
-        url=state["url"],
-        port=state["port"],
-        pid=state["pid"],
-        files=state["files"],
-        address=params["bind"],
-    )
+    _exit_running(module, state, changed=True)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,12 @@ checkout into .ansible/collections; when it has not run (or ansible-test copied 
 ansible_collections/ttfleet/inference path) we find the right parent instead.
 """
 import os
+import pathlib
+import signal
+import stat
 import sys
+
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
@@ -26,3 +31,57 @@ def _collections_parent():
 _parent = _collections_parent()
 if _parent not in sys.path:
     sys.path.insert(0, _parent)
+
+
+# What the root-only victim file holds (an /etc/shadow line): a test asserts that it never leaks.
+VICTIM_SECRET = b"root:$6$only-root-reads-this\n"
+
+
+@pytest.fixture
+def no_hang():
+    """Fail a test that blocks (a FIFO opened for reading) after 20 s instead of hanging the suite."""
+
+    def expired(*_args):
+        raise TimeoutError("blocked for 20 s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(20)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.fixture
+def victim(tmp_path):
+    """A root-only file (``file``) and directory (``dir``, holding a ``config.json`` too) outside every volume;
+    after the test their content, owners, modes and link counts must be what they were."""
+    vdir = tmp_path / "root-only"
+    vdir.mkdir(mode=0o700)
+    os.chmod(vdir, 0o700)
+    vfile = vdir / "shadow"
+    vfile.write_bytes(VICTIM_SECRET)
+    os.chmod(vfile, 0o600)
+    inner = vdir / "config.json"
+    inner.write_bytes(b"root's config\n")
+    os.chmod(inner, 0o600)
+
+    def state():
+        found = {}
+        for dirpath, dirnames, filenames in os.walk(vdir):
+            for name in dirnames + filenames + [""]:
+                path = os.path.join(dirpath, name)
+                st = os.lstat(path)
+                data = pathlib.Path(path).read_bytes() if stat.S_ISREG(st.st_mode) else None
+                found[os.path.relpath(path, vdir)] = (
+                    st.st_uid,
+                    st.st_gid,
+                    stat.S_IMODE(st.st_mode),
+                    st.st_nlink,
+                    data,
+                )
+        return found
+
+    before = state()
+    yield {"dir": vdir, "file": vfile}
+    assert state() == before, "the root-only victim changed"
+

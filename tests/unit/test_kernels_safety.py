@@ -13,13 +13,13 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import stat
 import subprocess
 import tarfile
 import threading
 
 import pytest
+from conftest import VICTIM_SECRET
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _kernels as k
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import opened_dir
@@ -38,46 +38,11 @@ KEY = {
 }
 USER = 1000
 OLD = 1_000_000_000
-SECRET = b"root:$6$only-root-reads-this\n"
 
 
 @pytest.fixture(autouse=True)
-def never_blocks():
-    """A FIFO opened blocking would hang the test: fail it after 20 s instead."""
-
-    def expired(_signum, _frame):
-        raise TimeoutError("blocked for 20 s")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(20)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, previous)
-
-
-@pytest.fixture
-def victim(tmp_path):
-    """A root-only file and directory outside every volume, with what they must still hold afterwards."""
-    vdir = tmp_path / "root-only"
-    vdir.mkdir(mode=0o700)
-    os.chmod(vdir, 0o700)
-    vfile = vdir / "shadow"
-    vfile.write_bytes(SECRET)
-    os.chmod(vfile, 0o600)
-
-    def state():
-        listing = {}
-        for dirpath, dirnames, filenames in os.walk(vdir):
-            for name in dirnames + filenames + [""]:
-                path = os.path.join(dirpath, name)
-                st = os.lstat(path)
-                data = pathlib_bytes(path) if stat.S_ISREG(st.st_mode) else None
-                listing[os.path.relpath(path, vdir)] = (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode), data)
-        return listing
-
-    before = state()
-    yield {"dir": str(vdir), "file": str(vfile), "state": state, "before": before}
-    assert state() == before, "the root-only victim changed"
+def _never_blocks(no_hang):
+    """A FIFO opened blocking would hang the test: every test here fails after 20 s instead."""
 
 
 def pathlib_bytes(path):
@@ -325,7 +290,7 @@ def test_a_file_swapped_for_a_link_while_packing_is_refused(tmp_path, victim):
                 k.pack(fd, scan, out_fd, shutil.which("zstd"), 1, where=root)
         finally:
             os.close(out_fd)
-    assert SECRET not in pathlib_bytes(out)
+    assert VICTIM_SECRET not in pathlib_bytes(out)
 
 
 def test_a_fifo_swapped_in_while_packing_is_refused_at_once(tmp_path):

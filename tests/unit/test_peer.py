@@ -17,20 +17,13 @@ import urllib.error
 import urllib.request
 
 import pytest
+from test_kernels import KEY, opts, tree, warm_cache
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _kernels as k
 from ansible_collections.ttfleet.inference.plugins.module_utils import _peer as peer
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
 
 SECRET = b"ROOT-ONLY-SECRET-" * 4096
-KEY = {
-    "model_name": "Tiny-8B",
-    "mesh": "P300x2",
-    "impl_id": "tt_transformers",
-    "tt_metal_commit": "b204341",
-    "vllm_commit": "9bd099c",
-}
-OLD = 1_000_000_000
 
 
 def _weights_dir(root, files):
@@ -207,42 +200,10 @@ def test_run_dir_of_another_user_and_linked_directory_are_refused(tmp_path):
 needs_zstd = pytest.mark.skipif(shutil.which("zstd") is None, reason="needs the zstd program")
 
 
-def _warm_cache(volume):
-    root = os.path.join(volume, "tt_metal_cache", f"cache_{KEY['model_name']}", KEY["mesh"])
-    files = {"kernels/abc/brisc.elf": os.urandom(4096), "tensor_cache/w.tensorbin": os.urandom(70000)}
-    for rel, data in files.items():
-        path = os.path.join(root, rel)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as handle:
-            handle.write(data)
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            os.utime(os.path.join(dirpath, name), (OLD, OLD))
-    os.utime(root, (OLD, OLD))
-    return root, files
-
-
-def _opts(volume, **extra):
-    base = dict(KEY, volume=str(volume), host="lab", quiet_seconds=60, owner=os.getuid(), group=os.getgid())
-    base.update(extra)
-    return base
-
-
-def _tree(root):
-    out = {}
-    for dirpath, _dirs, filenames in os.walk(root):
-        for name in filenames:
-            path = os.path.join(dirpath, name)
-            with open(path, "rb") as handle:
-                out[os.path.relpath(path, root)] = handle.read()
-    return out
-
-
-@needs_zstd
 def test_kernels_kind_serves_complete_entries_to_the_http_store(tmp_path, served):
     spool = tmp_path / "spool"
-    _root, files = _warm_cache(str(tmp_path / "peer"))
-    k.harvest(_opts(tmp_path / "peer", warmed=True), k.PathStore(str(spool)))
+    _root, files = warm_cache(str(tmp_path / "peer"))
+    k.harvest(opts(tmp_path / "peer", warmed=True), k.PathStore(str(spool)))
     entry = spool.joinpath(*k.entry_parts(KEY))
     # An entry without its manifest is incomplete (a pack in progress, or one that died): nothing of it is served.
     partial = spool / KEY["model_name"] / KEY["mesh"] / KEY["impl_id"] / "deadbee" / "none"
@@ -263,12 +224,12 @@ def test_kernels_kind_serves_complete_entries_to_the_http_store(tmp_path, served
     assert _get(url + f"{base}/{k.ARCHIVE_NAME}", {"Range": "bytes=10-19"}) == (206, archive[10:20])
 
     remote = k.HttpStore(url, timeout=10)
-    got = k.deploy(_opts(tmp_path / "puller"), remote)
-    assert got["changed"] and _tree(k.cache_path(str(tmp_path / "puller"), KEY)) == files
+    got = k.deploy(opts(tmp_path / "puller"), remote)
+    assert got["changed"] and tree(k.cache_path(str(tmp_path / "puller"), KEY)) == files
     # The path token is the server's secret: neither the result nor the marker (readable by every user) shows it.
     marker = pathlib.Path(k.marker_path(str(tmp_path / "puller"), KEY)).read_text()
     assert state["token"] not in json.dumps(got) and state["token"] not in marker
-    missing = k.deploy(_opts(tmp_path / "other", tt_metal_commit="deadbee", vllm_commit=""), remote)
+    missing = k.deploy(opts(tmp_path / "other", tt_metal_commit="deadbee", vllm_commit=""), remote)
     assert missing["missing"] and not missing["changed"]
 
 
@@ -280,8 +241,8 @@ def test_kernels_kind_needs_a_complete_entry_and_pins_what_it_found(tmp_path):
     spool.mkdir()
     with pytest.raises(peer.PeerError, match="holds no complete kernel store entry"):
         peer.Catalog(str(spool), "kernels")
-    _warm_cache(str(tmp_path / "peer"))
-    k.harvest(_opts(tmp_path / "peer", warmed=True), k.PathStore(str(spool)))
+    warm_cache(str(tmp_path / "peer"))
+    k.harvest(opts(tmp_path / "peer", warmed=True), k.PathStore(str(spool)))
     with peer.Catalog(str(spool), "kernels") as first:
         digest = first.digest
     entry = spool.joinpath(*k.entry_parts(KEY))

@@ -15,7 +15,6 @@ import hashlib
 import io
 import json
 import os
-import signal
 import stat
 from types import MappingProxyType
 
@@ -64,46 +63,6 @@ class FakeHub:
     def open(self, url, what, repo_id, headers=None):
         self.opened.append(url)
         return _Response(self.files[url])
-
-
-@pytest.fixture
-def no_hang():
-    """Fail a test that blocks (a FIFO opened for reading) instead of hanging the suite."""
-
-    def expired(*_args):
-        raise TimeoutError("blocked for 20 s")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(20)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, previous)
-
-
-@pytest.fixture
-def victim(tmp_path):
-    """A root-only file and directory outside every volume, and a check that neither changed."""
-    vdir = tmp_path / "root-only"
-    vdir.mkdir(mode=0o700)
-    os.chmod(vdir, 0o700)
-    vfile = vdir / "shadow"
-    vfile.write_bytes(b"root:secret\n")
-    os.chmod(vfile, 0o600)
-    inner = vdir / "config.json"
-    inner.write_bytes(b"root's config\n")
-    os.chmod(inner, 0o600)
-
-    def state():
-        found = {}
-        for path in (vdir, vfile, inner):
-            st = os.lstat(path)
-            found[str(path)] = (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode), st.st_nlink)
-        found["content"] = (vfile.read_bytes(), inner.read_bytes(), sorted(os.listdir(vdir)))
-        return found
-
-    before = state()
-    yield {"dir": vdir, "file": vfile}
-    assert state() == before
 
 
 def _volume(tmp_path, owner=UID):
