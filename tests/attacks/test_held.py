@@ -234,7 +234,7 @@ def test_hostile_kernel_archive_is_refused(arena, kind):
     arena.assert_victims_intact()
     cache = cache_dir(arena)
     assert not cache.exists() or not any(cache.iterdir()), f"something of the {kind} archive was put in place"
-    leftovers = [p for p in cache.parent.rglob("*")] if cache.parent.exists() else []
+    leftovers = list(cache.parent.rglob("*")) if cache.parent.exists() else []
     assert all(not p.is_file() or p.stat().st_size < 1 << 20 for p in leftovers), leftovers
 
 

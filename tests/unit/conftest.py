@@ -84,4 +84,3 @@ def victim(tmp_path):
     before = state()
     yield {"dir": vdir, "file": vfile}
     assert state() == before, "the root-only victim changed"
-

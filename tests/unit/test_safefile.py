@@ -93,7 +93,7 @@ def test_open_file_refuses_everything_but_a_regular_file(tree, kind):
 
 
 def test_read_bytes_caps_size_and_reports_missing(tree):
-    volume, _ = tree
+    volume, _victim = tree
     (volume / "big").write_bytes(b"x" * 100)
     with sf.opened_dir(str(volume)) as dirfd:
         assert sf.read_bytes(dirfd, "absent", 10) is None
@@ -102,7 +102,7 @@ def test_read_bytes_caps_size_and_reports_missing(tree):
 
 
 def test_read_json_names_bad_content(tree):
-    volume, _ = tree
+    volume, _victim = tree
     (volume / "list.json").write_text("[1, 2]")
     (volume / "bad.json").write_text("{")
     with sf.opened_dir(str(volume)) as dirfd:
@@ -127,7 +127,7 @@ def test_write_atomic_never_writes_through_a_planted_link(tree):
 
 
 def test_write_atomic_refuses_to_replace_a_directory(tree):
-    volume, _ = tree
+    volume, _victim = tree
     (volume / "marker.json").mkdir()
     with sf.opened_dir(str(volume)) as dirfd, pytest.raises(sf.SafeFileError, match="is a directory"):
         sf.write_atomic(dirfd, "marker.json", b"{}")
@@ -136,10 +136,10 @@ def test_write_atomic_refuses_to_replace_a_directory(tree):
 
 
 def test_create_temp_is_random_and_exclusive(tree):
-    volume, _ = tree
+    volume, _victim = tree
     with sf.opened_dir(str(volume)) as dirfd:
         names = set()
-        for _ in range(20):
+        for _attempt in range(20):
             fd, name = sf.create_temp(dirfd, "part")
             os.close(fd)
             names.add(name)
@@ -167,7 +167,7 @@ def test_walk_reports_links_and_never_enters_them(tree):
     with sf.opened_dir(str(volume)) as dirfd:
         seen = {(rel, name): stat.S_IFMT(st.st_mode) for rel, _fd, entries in sf.walk(dirfd) for name, st in entries}
     assert seen[("a", "out")] == stat.S_IFLNK
-    assert not any(rel.startswith("a/out") for rel, _ in seen)
+    assert not any(rel.startswith("a/out") for rel, _name in seen)
 
 
 def test_remove_tree_removes_links_not_their_targets(tree):

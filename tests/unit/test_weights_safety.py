@@ -50,8 +50,8 @@ class FakeHub:
     endpoint = "https://hub.test"
     token = None
 
-    def __init__(self, files=FILES):
-        self.files = files
+    def __init__(self, files=None):
+        self.files = FILES if files is None else files
         self.opened = []
 
     def list_tree(self, repo_id, sha):
@@ -89,7 +89,8 @@ def _opts(dest, **extra):
     return options
 
 
-def _assert_weights(dest, files=FILES, owner=(0, 0)):
+def _assert_weights(dest, files=None, owner=(0, 0)):
+    files = FILES if files is None else files
     for rel, content in files.items():
         st = os.lstat(dest / rel)
         assert stat.S_ISREG(st.st_mode), rel
