@@ -118,7 +118,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     s3_server = _load("tests/tools/s3_server.py")
     work = tempfile.mkdtemp(prefix="ttfleet-fanout-")
-    gateway = docker("network", "inspect", "bridge", "--format", "{{(index .IPAM.Config 0).Gateway}}").stdout.strip()
+    gateway = _load("tests/lab/hf_mirror.py").gateway("bridge")
     server = s3_server.SeaweedS3(os.path.join(work, "seaweed"), ACCESS, SECRET, host=gateway).start()
     proxy_log = os.path.join(work, "origin.jsonl")
     proxy = subprocess.Popen(

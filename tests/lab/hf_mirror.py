@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -34,16 +36,32 @@ HF_MODEL = os.path.join(ROOT, "tests", "lab", "hf_model.py")
 COUNTING_PROXY = os.path.join(ROOT, "tests", "tools", "counting_proxy.py")
 
 
+def _interface_ipv4(name):
+    """The IPv4 address of network interface ``name`` (SIOCGIFADDR), or None."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            packed = fcntl.ioctl(sock.fileno(), 0x8915, struct.pack("256s", name[:15].encode()))
+        except OSError:
+            return None
+    return socket.inet_ntoa(packed[20:24])
+
+
 def gateway(network):
-    out = subprocess.run(
-        ["docker", "network", "inspect", "--format", "{{range .IPAM.Config}}{{.Gateway}} {{end}}", network],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.split()
-    if not out:
+    """The host's address on docker network ``network``. A freshly started Debian docker.io 20.10 lists no
+    Gateway for the default bridge in IPAM.Config although docker0 holds it: then the bridge interface says."""
+    (info,) = json.loads(
+        subprocess.run(["docker", "network", "inspect", network], check=True, capture_output=True, text=True).stdout
+    )
+    gateways = [c["Gateway"] for c in (info.get("IPAM") or {}).get("Config") or [] if c.get("Gateway")]
+    if gateways:
+        return gateways[0]
+    bridge = (info.get("Options") or {}).get("com.docker.network.bridge.name")
+    net_id = info.get("Id", "")
+    # User-defined bridges are named br-<first 12 of the id> unless an option names them.
+    address = _interface_ipv4(bridge or f"br-{net_id[:12]}")
+    if not address:
         raise SystemExit(f"docker network {network} has no gateway address; start the lab first (make lab)")
-    return out[0]
+    return address
 
 
 def free_port(host):
