@@ -13,6 +13,15 @@ export PYTHONDONTWRITEBYTECODE=1
 out="$root/tests/output"
 mkdir -p "$out"
 
+# Debian packages a stage needs; a pristine Debian 12 has none of these.
+need_debs() {
+  local missing=() p
+  for p in "$@"; do command -v "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  if [ ${#missing[@]} -gt 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+}
+
 stage() { printf '\n===== %s =====\n' "$*" >&2; }
 passed=0
 timed() {
@@ -43,12 +52,15 @@ lint() {
 }
 
 unit() {
+  # Kernel-cache archives are .tar.zst: without zstd their tests would only be skipped.
+  need_debs zstd
   pytest tests/unit -q -p no:cacheprovider
 }
 
 # The attacker suite (tests/attacks): a hostile uid 1000 (setpriv, a real unprivileged process) against the root-run
 # modules on real directories; no Docker. TTFLEET_ATTACK_CHECKOUT=<other checkout> aims it at other code.
 attacks() {
+  need_debs zstd
   pytest tests/attacks -q -p no:cacheprovider
 }
 
@@ -56,12 +68,8 @@ attacks() {
 # third-party collections beside it, and a get-pip.py it would otherwise download: the stand-in
 # below bootstraps pip with ensurepip and then upgrades it from PyPI.
 sanity() {
-  # ansible-test skips its shellcheck test when the program is missing; a pristine Debian 12 has no rsync either.
-  local missing=() p
-  for p in shellcheck rsync; do command -v "$p" >/dev/null 2>&1 || missing+=("$p"); done
-  if [ ${#missing[@]} -gt 0 ]; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-  fi
+  # ansible-test skips its shellcheck test when the program is missing.
+  need_debs shellcheck rsync
   local base="$out/sanity-tree" dest
   dest="$base/ansible_collections/ttfleet/inference"
   mkdir -p "$dest"

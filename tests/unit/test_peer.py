@@ -200,6 +200,7 @@ def test_run_dir_of_another_user_and_linked_directory_are_refused(tmp_path):
 needs_zstd = pytest.mark.skipif(shutil.which("zstd") is None, reason="needs the zstd program")
 
 
+@needs_zstd
 def test_kernels_kind_serves_complete_entries_to_the_http_store(tmp_path, served):
     spool = tmp_path / "spool"
     _root, files = warm_cache(str(tmp_path / "peer"))
