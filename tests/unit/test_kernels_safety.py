@@ -20,6 +20,7 @@ import threading
 
 import pytest
 from conftest import VICTIM_SECRET
+from test_kernels import KEY, OLD
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _kernels as k
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import opened_dir
@@ -29,15 +30,7 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="plants root-owned victims and hands directories to uid 1000"),
 ]
 
-KEY = {
-    "model_name": "Qwen3-32B",
-    "mesh": "P300x2",
-    "impl_id": "tt_transformers",
-    "tt_metal_commit": "8c48a10",
-    "vllm_commit": "f52987a",
-}
 USER = 1000
-OLD = 1_000_000_000
 
 
 @pytest.fixture(autouse=True)
