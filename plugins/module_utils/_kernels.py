@@ -41,7 +41,7 @@ import urllib.parse
 
 from ansible.module_utils.urls import open_url
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import DEFAULT_PART_SIZE, MAX_PARTS, S3Error
+from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Error
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
     TEMP_PREFIX,
     SafeFileError,
@@ -684,30 +684,6 @@ class S3Store:
         return _S3Writer(self, key)
 
 
-def _upload_fd(client, bucket, key, fd, part_size=DEFAULT_PART_SIZE):
-    """Multipart upload of the open file ``fd``. S3Client.upload_file takes a path, and the container UID can
-    swap the names in the spool; the descriptor is the archive that was packed and hashed."""
-    size = os.fstat(fd).st_size
-    while -(-size // part_size) > MAX_PARTS:
-        part_size *= 2
-    upload_id = client.create_multipart_upload(bucket, key)
-    try:
-        etags = []
-        # The temporary file is open write-only: reopen that very inode for reading through its /proc entry.
-        with open(f"/proc/self/fd/{fd}", "rb") as handle:
-            # One part at least (S3 takes a last part below the minimum size; an archive is never empty).
-            while not etags or handle.tell() < size:
-                block = handle.read(part_size)
-                etags.append(client.upload_part(bucket, key, upload_id, len(etags) + 1, block))
-                if len(block) < part_size:
-                    break
-        return client.complete_multipart_upload(bucket, key, upload_id, etags)
-    except BaseException:
-        with contextlib.suppress(S3Error):
-            client.abort_multipart_upload(bucket, key, upload_id)
-        raise
-
-
 class _S3Writer(_TempArchive):
     """Packs into the spool (by default ``<volume>/tt_metal_cache``, a directory the container UID can write) and
     uploads from the descriptor."""
@@ -729,8 +705,8 @@ class _S3Writer(_TempArchive):
             )
             store._call(
                 f"upload to {store.describe(key)}",
-                _upload_fd,
-                store.client,
+                # From the descriptor that was packed and hashed: the container UID can swap names in the spool.
+                store.client.upload_file,
                 store.bucket,
                 store._object(key, ARCHIVE_NAME),
                 self.fd,

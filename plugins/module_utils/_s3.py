@@ -207,7 +207,12 @@ def content_range_start(value):
 
 
 def _open_read(path):
-    """A binary file object of the regular file ``path``, opened without following a link a user planted."""
+    """A binary file object of the regular file ``path``, opened without following a link a user planted, or of
+    an open file descriptor (read from its start; the caller keeps its own descriptor)."""
+    if isinstance(path, int):
+        handle = os.fdopen(os.dup(path), "rb")
+        handle.seek(0)
+        return handle
     directory, name = os.path.split(os.path.abspath(path))
     try:
         dirfd = open_dir(directory)
@@ -534,7 +539,7 @@ class S3Client:
         raise S3Error(f"{self._describe('GET', bucket, prefix)} listed too many pages")  # pragma: no cover
 
     def put_object(self, bucket, key, data, content_type="application/octet-stream", metadata=None):
-        """Upload ``data`` (bytes, or the path of a file) in one PUT; returns the ETag.
+        """Upload ``data`` (bytes, the path of a file or an open descriptor) in one PUT; returns the ETag.
 
         A file is hashed first (the signature covers the payload) and then streamed, never read whole.
         """
@@ -622,7 +627,8 @@ class S3Client:
     def upload_file(
         self, bucket, key, path, part_size=DEFAULT_PART_SIZE, callback=None, content_type="application/octet-stream"
     ):
-        """Upload a file: one PUT up to ``part_size``, multipart above it (aborted on failure). Returns the ETag.
+        """Upload a file (a path or an open descriptor): one PUT up to ``part_size``, multipart above it (aborted
+        on failure). Returns the ETag.
 
         Parts are read one at a time (memory use is one part); ``part_size`` grows when the file would
         need more than 10000 parts. ``callback(nbytes)`` is called per part (or once for a single PUT).
