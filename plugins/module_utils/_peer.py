@@ -59,6 +59,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import
     make_path,
     open_dir,
     open_file,
+    open_path,
     open_relative,
     read_json,
     set_attrs,
@@ -217,13 +218,8 @@ class _Refused(Exception):
 def open_pinned(rootfd, rel, pin):
     """``(fd, size)`` of the catalog file ``rel``, opened relative to ``rootfd`` without following a link;
     _Refused(404) when it is gone, _Refused(403) when it is not the very file pinned at start."""
-    head, _sep, name = rel.rpartition("/")
     try:
-        dirfd = open_relative(rootfd, head)
-        try:
-            fd, st = open_file(dirfd, name)
-        finally:
-            os.close(dirfd)
+        fd, st = open_path(rel, rootfd)
     except FileNotFoundError:
         raise _Refused(404) from None
     except (OSError, SafeFileError):

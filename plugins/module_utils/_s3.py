@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import errno
 import hashlib
 import hmac
 import http.client
@@ -33,15 +32,13 @@ import os
 import re
 import socket
 import ssl
-import stat
 import time
 import urllib.parse
 import xml.etree.ElementTree as ET
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
     SafeFileError,
-    open_dir,
-    open_file,
+    open_path,
 )
 
 DEFAULT_REGION = "us-east-1"
@@ -213,13 +210,8 @@ def _open_read(path):
         handle = os.fdopen(os.dup(path), "rb")
         handle.seek(0)
         return handle
-    directory, name = os.path.split(os.path.abspath(path))
     try:
-        dirfd = open_dir(directory)
-        try:
-            fd, _st = open_file(dirfd, name, where=directory)
-        finally:
-            os.close(dirfd)
+        fd, _st = open_path(os.path.abspath(path))
     except SafeFileError as exc:
         raise S3Error(f"cannot upload {path}: {exc.reason}") from None
     return os.fdopen(fd, "rb")
@@ -228,25 +220,10 @@ def _open_read(path):
 def _open_write(path, keep):
     """A binary file object of ``path`` for writing, created 0600 when missing; the content is kept when
     ``keep`` (a resume), else truncated. A link or special file at ``path`` is refused."""
-    directory, name = os.path.split(os.path.abspath(path))
     try:
-        dirfd = open_dir(directory)
-        try:
-            flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-            try:
-                fd = os.open(name, flags, 0o600, dir_fd=dirfd)
-            except OSError as exc:
-                if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
-                    raise SafeFileError(path, "is a link or not a regular file") from None
-                raise
-        finally:
-            os.close(dirfd)
+        fd, _st = open_path(os.path.abspath(path), flags=os.O_RDWR | os.O_CREAT)
     except SafeFileError as exc:
         raise S3Error(f"cannot write {path}: {exc.reason}") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise S3Error(f"cannot write {path}: not a regular file")
-    os.set_blocking(fd, True)
     if not keep:
         os.ftruncate(fd, 0)
     return os.fdopen(fd, "r+b")

@@ -294,10 +294,11 @@ def set_attrs(fd, mode=None, owner=None, st=None):
 
 
 def open_file(dirfd, name, flags=O_READ, where=None):
-    """``(fd, stat)`` of the regular file ``name`` in ``dirfd``; links and special files are refused."""
+    """``(fd, stat)`` of the regular file ``name`` in ``dirfd``; links and special files are refused. With
+    ``os.O_CREAT`` in ``flags`` a missing file is created 0600."""
     _check_name(name)
     try:
-        fd = os.open(name, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dirfd)
+        fd = os.open(name, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600, dir_fd=dirfd)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise SafeFileError(_where(where, name), "is a symbolic link; it is not followed") from None
@@ -312,6 +313,17 @@ def open_file(dirfd, name, flags=O_READ, where=None):
     # Back to blocking reads: O_NONBLOCK only guarded the open.
     os.set_blocking(fd, True)
     return fd, st
+
+
+def open_path(path, dirfd=None, flags=O_READ):
+    """``(fd, stat)`` of the regular file at ``path``: an absolute path whose directory is opened with
+    ``open_dir``, or a path relative to ``dirfd`` walked without following a link."""
+    head, name = os.path.split(path)
+    parent = open_dir(head or "/") if dirfd is None else open_relative(dirfd, head)
+    try:
+        return open_file(parent, name, flags, where=head)
+    finally:
+        os.close(parent)
 
 
 def read_bytes(dirfd, name, limit, where=None, missing=None):

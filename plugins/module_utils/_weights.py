@@ -55,6 +55,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import
     open_dir,
     open_file,
     open_nearest,
+    open_path,
     open_relative,
     open_subdir,
     opened_dir,
@@ -227,9 +228,7 @@ def hash_file(path, blob=False):
     """Digests of the regular file ``path`` read in 8 MiB blocks; ``blob`` adds the git blob sha1.
 
     Opened without following a link and refused when it is not a regular file (a FIFO never blocks)."""
-    directory, name = os.path.split(path)
-    with opened_dir(directory) as dirfd:
-        fd, st = open_file(dirfd, name, where=directory)
+    fd, st = open_path(path)
     with os.fdopen(fd, "rb") as handle:
         size = st.st_size
         digests = Digests(size if blob else None)
