@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# The test command: ruff, yamllint, ansible-lint, bandit, unit tests, the attacker suite, ansible-test sanity, build + install +
-# ansible-doc of the tarball, molecule scenarios, the fast half of the fault suite. Stops at the first failure.
-#   tests/run-tests.sh all | lint | unit | attacks | sanity | build | molecule [scenario ...] | faults
+# The test command: ruff, yamllint, ansible-lint, bandit, unit tests, the attacker suite, ansible-test sanity, the support
+# matrix (sanity and unit tests on the lowest ansible-core claimed), build + install + ansible-doc of the tarball, the
+# packaging checks (galaxy-importer, antsibull-docs lint, ansible-builder), the entry points (a checkout without
+# `make tools`, an installed tarball), molecule scenarios, the fast half of the fault suite. Stops at the first failure.
+#   tests/run-tests.sh all | lint | unit | attacks | sanity | matrix | build | package | entrypoints
+#                      | molecule [scenario ...] | faults
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -73,7 +76,7 @@ sanity() {
   local base="$out/sanity-tree" dest
   dest="$base/ansible_collections/ttfleet/inference"
   mkdir -p "$dest"
-  rsync -a --delete --exclude-from=<(printf '%s\n' .venv .ansible .cache .git tests/output '*.tar.gz' __pycache__ .pytest_cache .ruff_cache .hypothesis) ./ "$dest/"
+  rsync -a --delete --exclude-from=<(printf '%s\n' .venv '.venv-*' /collections .ansible .cache .git tests/output '*.tar.gz' __pycache__ .pytest_cache .ruff_cache .hypothesis) ./ "$dest/"
   for c in community/docker community/library_inventory_filtering_v1 ansible/posix; do
     mkdir -p "$base/ansible_collections/$(dirname $c)"
     rsync -a --delete ".ansible/collections/ansible_collections/$c/" "$base/ansible_collections/$c/"
@@ -95,21 +98,51 @@ PY
   (cd "$dest" && git init -q . 2>/dev/null; ANSIBLE_COLLECTIONS_PATH="$base" ansible-test sanity --python 3.11 --requirements --color=no -v)
 }
 
+# The support matrix: the lowest ansible-core that meta/runtime.yml claims (the '#matrix' pins of requirements-dev.txt,
+# in .venv-<x.y>, made by bootstrap.sh) runs the unit tests and ansible-test sanity too; every other stage runs on the
+# pinned ansible-core of .venv.
+matrix() {
+  local core venv claimed
+  core=$(sed -n 's/^#matrix ansible-core==//p' requirements-dev.txt)
+  venv="$root/.venv-${core%.*}"
+  claimed=$(sed -n 's/^requires_ansible: *">=\([0-9.]*\)".*/\1/p' meta/runtime.yml)
+  # The claim and the tested floor move together: requires_ansible >= X.Y.0 is tested on X.Y.
+  if [ "${claimed%.*}" != "${core%.*}" ]; then
+    echo "meta/runtime.yml claims ansible-core >= $claimed but the matrix tests $core: change one of them" >&2; return 1
+  fi
+  tests/lab/bootstrap.sh matrix
+  PATH="$venv/bin:$PATH" python -c "import ansible; print('matrix: ansible-core', ansible.__version__)" >&2
+  PATH="$venv/bin:$PATH" pytest tests/unit -q -p no:cacheprovider
+  PATH="$venv/bin:$PATH" sanity
+}
+
+# Build the tarball into $1 and print its path.
+build_tarball() {
+  ansible-galaxy collection build --force --output-path "$1" . >/dev/null
+  ls "$1"/ttfleet-inference-*.tar.gz
+}
+
 build() {
   local tmp
   tmp=$(mktemp -d "$out/build.XXXXXX")
-  ansible-galaxy collection build --force --output-path "$tmp" .
   local tarball
-  tarball=$(ls "$tmp"/ttfleet-inference-*.tar.gz)
+  tarball=$(build_tarball "$tmp")
   # Only the installed tarball is visible from here on, not the checkout.
   export ANSIBLE_COLLECTIONS_PATH="$tmp/collections"
   ansible-galaxy collection install --force -p "$tmp/collections" "$tarball" >/dev/null
   local inst="$tmp/collections/ansible_collections/ttfleet/inference"
   test -f "$inst/MANIFEST.json"
-  # Nothing from the lab, venvs or build products may end up in the artifact.
-  if tar -tzf "$tarball" | grep -E '^(\.venv|\.ansible|\.cache|tests/output|inventories/lab/hosts\.yml)(/|$)'; then
+  # What users run, and nothing of the development tooling, the lab, venvs or build products.
+  local listing
+  listing=$(tar -tzf "$tarball")
+  if grep -E '^(\.venv[^/]*|\.ansible|\.cache|\.ci|tests|molecule|bench|collections|inventories/lab|reports)(/|$)|^(Makefile|ansible\.cfg|pyproject\.toml|requirements-dev\.txt)$' <<<"$listing"; then
     echo "build_ignore leaks the files above into $tarball" >&2; return 1
   fi
+  local f
+  for f in LICENSE README.md CHANGELOG.rst requirements.txt bindep.txt meta/runtime.yml meta/execution-environment.yml \
+           playbooks/site.yml playbooks/status.yml inventories/example/hosts.yml docs/awx.md changelogs/changelog.yaml; do
+    grep -qxF "$f" <<<"$listing" || { echo "$tarball lacks $f" >&2; return 1; }
+  done
   local listed
   listed=$(ansible-doc -l ttfleet.inference)
   echo "$listed"
@@ -132,6 +165,119 @@ build() {
   done
   echo "built $(basename "$tarball") ($(du -h "$tarball" | cut -f1)), ansible-doc ok for ${#names[@]} modules" >&2
   rm -rf "$tmp"
+}
+
+# Packaging as Galaxy, Automation Hub and ansible-builder see it, on the built tarball:
+# - galaxy-importer (with its ansible-doc and ansible-lint passes): 0 errors and 0 warnings;
+# - antsibull-docs lint-collection-docs --plugin-docs on the installed collection: 0 errors;
+# - ansible-builder: `create` of an execution environment that installs the tarball, and `introspect` of the installed
+#   collection, whose Python and system requirements must be exactly the runtime files (requirements.txt, bindep.txt),
+#   never the development toolchain.
+package() {
+  local tmp tarball
+  tmp=$(mktemp -d "$out/package.XXXXXX")
+  tarball=$(build_tarball "$tmp")
+  local log="$tmp/galaxy-importer.log" rc=0
+  (cd "$tmp" && python -m galaxy_importer.main "$tarball") >"$log" 2>&1 || rc=$?
+  if [ "$rc" -ne 0 ] || grep -qE '(^|: )(WARNING|ERROR)' "$log" || ! grep -q 'Importer processing completed successfully' "$log"; then
+    grep -E 'WARNING|ERROR' "$log" >&2 || tail -20 "$log" >&2
+    echo "galaxy-importer reports the warnings or errors above for $(basename "$tarball") (full log: $log)" >&2; return 1
+  fi
+  echo "galaxy-importer: 0 errors, 0 warnings" >&2
+  ANSIBLE_COLLECTIONS_PATH="$tmp/collections" ansible-galaxy collection install --force -p "$tmp/collections" "$tarball" >/dev/null
+  local inst="$tmp/collections/ansible_collections/ttfleet/inference"
+  (cd "$inst" && ANSIBLE_COLLECTIONS_PATH="$tmp/collections" antsibull-docs lint-collection-docs --plugin-docs .)
+  echo "antsibull-docs lint-collection-docs --plugin-docs: 0 errors" >&2
+  cp "$tarball" "$tmp/ee.tar.gz"
+  cat >"$tmp/execution-environment.yml" <<EOF
+version: 3
+images:
+  base_image:
+    name: ttfleet-ee-check:never-built
+dependencies:
+  ansible_core:
+    package_pip: ansible-core>=2.16
+  ansible_runner:
+    package_pip: ansible-runner
+  galaxy:
+    collections:
+      - name: ee.tar.gz
+        type: file
+EOF
+  (cd "$tmp" && ansible-builder create -f execution-environment.yml -c context --output-filename Containerfile >/dev/null)
+  test -f "$tmp/context/Containerfile"
+  ansible-builder introspect --sanitize --write-pip "$tmp/pip.txt" --write-bindep "$tmp/bindep.txt" "$tmp/collections" >/dev/null
+  python - "$tmp/pip.txt" "$tmp/bindep.txt" <<'PY'
+import pathlib, re, sys
+def reqs(path):
+    p = pathlib.Path(path)
+    lines = p.read_text().splitlines() if p.exists() else []
+    return sorted(line.split("#")[0].strip() for line in lines if line.split("#")[0].strip())
+def name(req):
+    return re.split(r"[\s<>=!~;\[]", req, maxsplit=1)[0].lower().replace("_", "-")
+want_pip, want_sys = reqs("requirements.txt"), reqs("bindep.txt")
+got_pip, got_sys = reqs(sys.argv[1]), reqs(sys.argv[2])
+dev = {name(line) for line in reqs("requirements-dev.txt")} - {"ansible-core"}
+leaked = [r for r in got_pip if name(r) in dev]
+print(f"ansible-builder introspect: python {got_pip or 'none'}; system {got_sys or 'none'}", file=sys.stderr)
+if leaked or [name(r) for r in got_pip] != [name(r) for r in want_pip] or [name(r) for r in got_sys] != [name(r) for r in want_sys]:
+    print(f"expected only the runtime needs: python {want_pip}, system {want_sys}; development tools leaked: {leaked}",
+          file=sys.stderr)
+    sys.exit(1)
+PY
+  rm -rf "$tmp"
+}
+
+# The two ways an operator runs the collection, with nothing of the test set-up: no ANSIBLE_* variables, an empty HOME,
+# only the pinned ansible-core on PATH.
+# - From a checkout that never ran `make tools`: a copy of the tracked and untracked-but-not-ignored files (what a fresh
+#   clone of this tree holds), whose committed collections/ link and ansible.cfg resolve ttfleet.inference.
+# - From the tarball installed with `ansible-galaxy collection install -r requirements.yml`, run by FQCN from a directory
+#   with no ansible.cfg.
+# Each parses site, upgrade and rollback and really runs the status playbook against this machine (a local connection,
+# read-only: no Tenstorrent devices, no releases), checking its report files and its set_stats summary.
+entrypoints() {
+  need_debs git
+  local tmp
+  tmp=$(mktemp -d "$out/entrypoints.XXXXXX")
+  mkdir -p "$tmp/checkout" "$tmp/home" "$tmp/work"
+  git ls-files -z --cached --others --exclude-standard | while IFS= read -r -d '' f; do
+    if [ -e "$f" ] || [ -L "$f" ]; then printf '%s\0' "$f"; fi
+  done | tar --null -T - -cf - | tar -C "$tmp/checkout" -xf -
+  cat >"$tmp/hosts.yml" <<EOF
+all:
+  children:
+    n150:
+      hosts:
+        controller:
+          ansible_connection: local
+          ansible_python_interpreter: $(command -v python3)
+EOF
+  entry_env=(env -i "PATH=$root/.venv/bin:/usr/sbin:/usr/bin:/sbin:/bin" "HOME=$tmp/home" LANG=C.UTF-8 LC_ALL=C.UTF-8
+             ANSIBLE_SHOW_CUSTOM_STATS=true)
+  run_entry checkout "$tmp" "$tmp/checkout" playbooks/ .yml
+  local tarball
+  tarball=$(cd "$tmp/checkout" && "${entry_env[@]}" ansible-galaxy collection build --output-path "$tmp" . >/dev/null \
+            && ls "$tmp"/ttfleet-inference-*.tar.gz)
+  printf 'collections:\n  - name: %s\n    type: file\n' "$tarball" >"$tmp/work/requirements.yml"
+  entry_env+=("ANSIBLE_COLLECTIONS_PATH=$tmp/installed")
+  (cd "$tmp/work" && "${entry_env[@]}" ansible-galaxy collection install -r requirements.yml -p "$tmp/installed" >/dev/null)
+  run_entry installed "$tmp" "$tmp/work" ttfleet.inference.
+  rm -rf "$tmp"
+}
+
+# run_entry LABEL TMP DIR PREFIX [SUFFIX]: the playbooks of one entry point, from DIR, named PREFIX<name>SUFFIX.
+run_entry() {
+  local label=$1 tmp=$2 dir=$3 prefix=$4 suffix=${5:-} reports="$2/reports-$1" p
+  for p in site upgrade rollback; do
+    (cd "$dir" && "${entry_env[@]}" ansible-playbook -i "$tmp/hosts.yml" "$prefix$p$suffix" --syntax-check >/dev/null)
+  done
+  (cd "$dir" && "${entry_env[@]}" ansible-playbook -i "$tmp/hosts.yml" "${prefix}site$suffix" --list-tasks >/dev/null)
+  (cd "$dir" && "${entry_env[@]}" ansible-playbook -i "$tmp/hosts.yml" "${prefix}status$suffix" \
+     -e "status_report_dir=$reports") >"$tmp/status-$label.log" 2>&1 || { cat "$tmp/status-$label.log" >&2; return 1; }
+  test -s "$reports/fleet-status.json" && test -s "$reports/fleet-status.html"
+  grep -q 'ttfleet_status' "$tmp/status-$label.log" || { echo "$label: the status playbook published no set_stats summary" >&2; return 1; }
+  echo "entry point $label: site, upgrade and rollback parse; status ran and wrote $reports" >&2
 }
 
 molecule_stage() {
@@ -162,13 +308,16 @@ case "$what" in
     timed unit unit
     timed attacks attacks
     timed sanity sanity
+    timed matrix matrix
     timed build build
+    timed package package
+    timed entrypoints entrypoints
     molecule_stage
     timed faults faults
     ;;
-  lint | unit | attacks | sanity | build | faults) timed "$what" "$what" ;;
+  lint | unit | attacks | sanity | matrix | build | package | entrypoints | faults) timed "$what" "$what" ;;
   molecule) molecule_stage "$@" ;;
-  *) echo "usage: $0 all|lint|unit|attacks|sanity|build|molecule [scenario...]|faults" >&2; exit 2 ;;
+  *) echo "usage: $0 all|lint|unit|attacks|sanity|matrix|build|package|entrypoints|molecule [scenario...]|faults" >&2; exit 2 ;;
 esac
 stage "all requested checks passed"
 echo "stages: $passed passed, 0 failed"

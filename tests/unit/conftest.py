@@ -1,9 +1,13 @@
 """Make `ansible_collections.ttfleet.inference` importable from the checkout.
 
-Unit tests import the collection by its real name, as Ansible does. The bootstrap script links the
-checkout into .ansible/collections; when it has not run (or ansible-test copied the tree into a real
-ansible_collections/ttfleet/inference path) we find the right parent instead.
+Unit tests import the collection by its real name, as Ansible does: through the committed link
+collections/ansible_collections/ttfleet/inference (this checkout), or the real ansible_collections/ttfleet/inference
+path ansible-test copies the tree into.
+
+``patch_module_args`` is ansible-core's (2.19+), or the same contract for the older cores of the support matrix.
 """
+import contextlib
+import json
 import os
 import pathlib
 import signal
@@ -20,17 +24,32 @@ def _collections_parent():
     parts = ROOT.split(os.sep)
     if parts[-3:-2] == ["ansible_collections"] and parts[-2:] == ["ttfleet", "inference"]:
         return os.sep.join(parts[:-3])
-    tree = os.path.join(ROOT, ".ansible", "collections")
-    link = os.path.join(tree, "ansible_collections", "ttfleet", "inference")
-    if not os.path.exists(link):
-        os.makedirs(os.path.dirname(link), exist_ok=True)
-        os.symlink(os.path.relpath(ROOT, os.path.dirname(link)), link)
+    tree = os.path.join(ROOT, "collections")
+    if not os.path.isdir(os.path.join(tree, "ansible_collections", "ttfleet", "inference", "plugins")):
+        pytest.exit(f"{tree}/ansible_collections/ttfleet/inference must link to this checkout (it is committed)", 2)
     return tree
 
 
 _parent = _collections_parent()
 if _parent not in sys.path:
     sys.path.insert(0, _parent)
+
+
+try:
+    from ansible.module_utils.testing import patch_module_args  # noqa: F401  # pylint: disable=unused-import
+except ImportError:  # ansible-core < 2.19
+
+    @contextlib.contextmanager
+    def patch_module_args(args=None):
+        """Give AnsibleModule these arguments, as ansible-core 2.19's patch_module_args does."""
+        from ansible.module_utils import basic
+
+        saved = basic._ANSIBLE_ARGS
+        basic._ANSIBLE_ARGS = json.dumps({"ANSIBLE_MODULE_ARGS": args or {}}).encode()
+        try:
+            yield
+        finally:
+            basic._ANSIBLE_ARGS = saved
 
 
 # What the root-only victim file holds (an /etc/shadow line): a test asserts that it never leaks.

@@ -9,7 +9,7 @@ import json
 import os
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
+from conftest import patch_module_args
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _container as container_utils
 from ansible_collections.ttfleet.inference.plugins.module_utils import _spec as spec_utils

@@ -13,7 +13,7 @@ import tempfile
 import threading
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
+from conftest import patch_module_args
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _facts as facts
 from ansible_collections.ttfleet.inference.plugins.modules import tt_facts as tt_facts_module

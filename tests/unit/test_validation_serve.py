@@ -13,7 +13,7 @@ import textwrap
 import threading
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
+from conftest import patch_module_args
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _serve
 from ansible_collections.ttfleet.inference.plugins.module_utils._serve import ServeError

@@ -12,7 +12,7 @@ import threading
 import time
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
+from conftest import patch_module_args
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _container, _spec
 from ansible_collections.ttfleet.inference.plugins.module_utils._spec import SpecError

@@ -10,7 +10,7 @@ import threading
 import time
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
+from conftest import patch_module_args
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _status, _volumes
 from ansible_collections.ttfleet.inference.plugins.modules import volume_facts

@@ -26,7 +26,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
+from conftest import patch_module_args
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _weights as weights
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import read_json_path
