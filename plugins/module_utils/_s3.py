@@ -9,16 +9,19 @@ server (MinIO, SeaweedFS, Ceph RGW, Garage, AWS itself) accepts; the endpoint ma
 Use::
 
     client = S3Client("https://s3.example.net:9000", access_key, secret_key, region="us-east-1",
-                      ca_bundle="/etc/ssl/site-ca.pem")
+                      session_token=None, ca_bundle="/etc/ssl/site-ca.pem")
     info = client.head_object("models", "Qwen/Qwen3-32B/<sha>/config.json")  # None when absent
     client.get_object("models", key, "/tmp/file.part", offset=os.path.getsize("/tmp/file.part"))
     for obj in client.list_objects("models", prefix="Qwen/Qwen3-32B/"):
         print(obj["key"], obj["size"])
     client.upload_file("models", key, "/path/to/big.tar")  # single PUT or multipart by size
 
-Credentials are only ever used to compute signatures: they never appear in an exception message, a
-URL or a log line (``S3Error`` messages name the method, endpoint, bucket and key, the HTTP status
-and the server's error code). Every public method raises ``S3Error`` on failure.
+Temporary credentials (AWS STS: the access key, secret key and session token of one session) work too:
+the token goes in the ``x-amz-security-token`` header, which is signed with the others; no presigned URL
+is ever made. Credentials are only ever used to compute signatures and fill that header: they never
+appear in an exception message, a URL or a log line (``S3Error`` messages name the method, endpoint,
+bucket and key, the HTTP status and the server's error code). Every public method raises ``S3Error`` on
+failure.
 """
 
 from __future__ import annotations
@@ -50,7 +53,11 @@ MAX_PARTS = 10000
 DEFAULT_PART_SIZE = 64 << 20
 ATTEMPTS = 3
 _RETRYABLE = (http.client.HTTPException, ConnectionError, TimeoutError, socket.timeout, ssl.SSLError, OSError)
-_ACCESS_KEY_RE = re.compile(r"^[!-~]+$")
+_ACCESS_KEY_RE = re.compile(r"[!-~]+")
+# What S3 and STS answer for a token that is malformed, expired or from another session.
+_TOKEN_CODES = ("InvalidToken", "ExpiredToken", "TokenRefreshRequired", "ExpiredTokenException")
+# What AWS answers when the request is signed for, or sent to, another region than the bucket's.
+_REGION_CODES = ("AuthorizationHeaderMalformed", "PermanentRedirect", "IllegalLocationConstraintException")
 # The user info of a URL runs to the last "@" before the path: a password may hold "@" itself.
 _USERINFO_RE = re.compile(r"(://)[^/?#\s]*@")
 # RFC 9110 section 14.4: "bytes first-last/complete-length" (or "/*"); the unit is case-insensitive.
@@ -237,8 +244,9 @@ class S3Client:
     """Path-style S3 requests to one endpoint with one set of credentials.
 
     ``endpoint``: ``http(s)://host[:port][/base/path]``. ``region`` defaults to us-east-1 (what most
-    S3-compatible servers expect). ``ca_bundle``: a PEM file of extra CAs to trust; ``verify=False``
-    turns TLS verification off (lab only). ``session_token`` adds ``x-amz-security-token``.
+    S3-compatible servers expect). ``ca_bundle``: a PEM file of the CAs to trust instead of the system's;
+    ``verify=False`` turns TLS verification off (lab only). ``session_token`` (of temporary STS credentials)
+    is sent as ``x-amz-security-token``, a signed header of every request.
     ``clock`` returns a UTC ``datetime`` (tests pin it).
     """
 
@@ -267,8 +275,14 @@ class S3Client:
             )
         if not access_key or not secret_key:
             raise S3Error("s3 access key and secret key are both required")
-        if not _ACCESS_KEY_RE.match(str(access_key)):
+        if not _ACCESS_KEY_RE.fullmatch(str(access_key)):
             raise S3Error("s3 access key holds spaces or control characters; check the variable that sets it")
+        if session_token and not _ACCESS_KEY_RE.fullmatch(str(session_token)):
+            # A header value with a line break would be refused by http.client with the value in its message.
+            raise S3Error(
+                "s3 session token holds spaces, line breaks or control characters; check the variable that sets "
+                "it (a token copied from a file may end in a newline)"
+            )
         self.scheme = parts.scheme
         self.host = parts.hostname
         self.port = parts.port
@@ -280,7 +294,7 @@ class S3Client:
         self.region = region or DEFAULT_REGION
         self._access_key = str(access_key)
         self._secret_key = str(secret_key)
-        self._session_token = session_token or None
+        self._session_token = str(session_token) if session_token else None
         self.timeout = timeout
         self.clock = clock or (lambda: datetime.datetime.now(datetime.timezone.utc))
         self._context = None
@@ -349,9 +363,23 @@ class S3Client:
     def _raise_for(self, resp, body, method, bucket, key):
         code, message = parse_error(body) if body else (None, None)
         status = resp.status
-        if status in (401, 403):
+        if code in _TOKEN_CODES:
+            fix = (
+                "the session token is malformed, expired or from another session; get new temporary credentials and "
+                "set the access key, secret key and session token of that one session together"
+            )
+        elif code in _REGION_CODES or status in (301, 307):
+            where = resp.getheader("x-amz-bucket-region")
+            fix = (
+                f"the bucket is in region {where}: set s3_region to it and use that region's endpoint"
+                if where and re.fullmatch(r"[a-z0-9-]{1,40}", where)
+                else "set s3_region to the bucket's region and use that region's endpoint (redirects are not followed)"
+            )
+        elif status in (401, 403):
             if code in ("SignatureDoesNotMatch", "InvalidAccessKeyId", "AccessDenied", None):
                 fix = "check the access key, the secret key, the region and the endpoint"
+                if not self._session_token and self._access_key.startswith("ASIA"):
+                    fix += "; temporary (STS) keys, whose id starts with ASIA, also need their session token"
             else:
                 fix = "check the credentials' permissions on the bucket"
         elif status == 404:
@@ -362,6 +390,11 @@ class S3Client:
             fix = "the server failed; retry later"
         else:
             fix = "check the request parameters"
+        if code is None and self._session_token and status in (400, 401, 403):
+            # A HEAD answer has no body: an expired or foreign token is then only a bare 400 or 403.
+            fix += (
+                "; with temporary credentials, check that the session token belongs to these keys and has not expired"
+            )
         why = f" {code}" if code else ""
         text = f": {message}" if message else ""
         raise S3Error(

@@ -15,6 +15,7 @@ S3_OPTIONS = dict(
     s3_region=dict(type="str", default="us-east-1"),
     s3_access_key=dict(type="str", no_log=True, fallback=(env_fallback, ["AWS_ACCESS_KEY_ID"])),
     s3_secret_key=dict(type="str", no_log=True, fallback=(env_fallback, ["AWS_SECRET_ACCESS_KEY"])),
+    s3_session_token=dict(type="str", no_log=True, fallback=(env_fallback, ["AWS_SESSION_TOKEN"])),
     s3_ca_bundle=dict(type="path"),
     s3_verify=dict(type="bool", default=True),
 )

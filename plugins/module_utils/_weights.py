@@ -1586,6 +1586,7 @@ def _manifest_source(options, source, repo_id, allow, ignore):
                 options["s3_access_key"],
                 options["s3_secret_key"],
                 region=options.get("s3_region") or "us-east-1",
+                session_token=options.get("s3_session_token") or None,
                 ca_bundle=options.get("s3_ca_bundle"),
                 verify=options.get("s3_verify", True) is not False,
                 timeout=options.get("timeout") or 60,
@@ -1629,7 +1630,12 @@ def sync_weights(options, check_mode=False, callback=None, hub=None):
     host = options.get("host") or socket.gethostname()
     repo_id = options.get("repo_id")
     token = options.get("hf_token")
-    secrets_seen = (token, options.get("s3_secret_key"), options.get("s3_access_key"))
+    secrets_seen = (
+        token,
+        options.get("s3_secret_key"),
+        options.get("s3_session_token"),
+        options.get("s3_access_key"),
+    )
     plan = None
     try:
         if source in ("s3", "peer"):

@@ -129,8 +129,18 @@ options:
       - S3 secret access key; it only signs requests and is never shown. When not set, the E(AWS_SECRET_ACCESS_KEY)
         environment variable of the module is used.
     type: str
+  s3_session_token:
+    description:
+      - Session token of temporary credentials (AWS STS C(AssumeRole), C(GetSessionToken), SSO), given with the
+        O(s3_access_key) and O(s3_secret_key) of the same session. It is sent as the signed
+        C(x-amz-security-token) header of every request and never shown.
+      - When not set, the E(AWS_SESSION_TOKEN) environment variable of the module is used. Leave both unset with
+        long-term keys.
+    type: str
   s3_ca_bundle:
-    description: PEM file on the host with the CA certificates of an https O(s3_endpoint).
+    description:
+      - PEM file on the host with the CA certificates of an https O(s3_endpoint). They replace the system's CA store
+        for these requests.
     type: path
   s3_verify:
     description: Verify the TLS certificate of O(s3_endpoint); turn off only in a lab.
@@ -356,6 +366,7 @@ def _store(params):
             params["s3_access_key"],
             params["s3_secret_key"],
             region=params["s3_region"],
+            session_token=params["s3_session_token"],
             ca_bundle=params["s3_ca_bundle"],
             verify=params["s3_verify"],
             timeout=params["timeout"],

@@ -213,8 +213,18 @@ options:
       - Secret access key. When not set, the E(AWS_SECRET_ACCESS_KEY) environment variable of the module is used.
         Never shown in results, errors or diffs.
     type: str
+  s3_session_token:
+    description:
+      - Session token of temporary credentials (AWS STS C(AssumeRole), C(GetSessionToken), SSO), given with the
+        O(s3_access_key) and O(s3_secret_key) of the same session. It is sent as the signed
+        C(x-amz-security-token) header of every request and never shown in results, errors or diffs.
+      - When not set, the E(AWS_SESSION_TOKEN) environment variable of the module is used. Leave both unset with
+        long-term keys.
+    type: str
   s3_ca_bundle:
-    description: PEM file of the CA certificates to trust for an V(https) O(s3_endpoint), on the host.
+    description:
+      - PEM file of the CA certificates to trust for an V(https) O(s3_endpoint), on the host. They replace the
+        system's CA store for these requests.
     type: path
   s3_verify:
     description: Verify the TLS certificate of O(s3_endpoint). Turn off only in a lab.
@@ -256,6 +266,29 @@ EXAMPLES = r"""
     revision: 0e9e39f249a16976918f6564b8830bc894c89659
     hf_endpoint: http://hf-mirror.lab:8090
     hf_token: "{{ vault_hf_token }}"
+  no_log: true
+
+- name: Get temporary credentials for the weights bucket, once, on the controller
+  amazon.aws.sts_assume_role:
+    role_arn: arn:aws:iam::123456789012:role/tt-weights-reader
+    role_session_name: ttfleet
+  delegate_to: localhost
+  run_once: true
+  register: weights_role
+  no_log: true
+
+- name: Fetch Qwen3-32B from an AWS S3 bucket with them (path-style, at the bucket's regional endpoint)
+  ttfleet.inference.model_weights:
+    dest: /opt/tt-cache/volume_id_tt_transformers-Qwen3-32B-v0.17.0/weights/Qwen3-32B
+    source: s3
+    repo_id: Qwen/Qwen3-32B
+    revision: 9216db5781bf21249d130ec9da846c4624c16137
+    s3_endpoint: https://s3.eu-west-1.amazonaws.com
+    s3_region: eu-west-1
+    s3_bucket: tt-weights
+    s3_access_key: "{{ weights_role.sts_creds.access_key }}"
+    s3_secret_key: "{{ weights_role.sts_creds.secret_key }}"
+    s3_session_token: "{{ weights_role.sts_creds.session_token }}"
   no_log: true
 
 - name: Take the weights from an NFS share (copied, verified, recorded)
@@ -449,7 +482,7 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
-    secret_values = (params["hf_token"], params["s3_secret_key"], params["s3_access_key"])
+    secret_values = (params["hf_token"], params["s3_secret_key"], params["s3_session_token"], params["s3_access_key"])
     credentials_error = mask_url_credentials(module, URL_OPTIONS)
     try:
         if credentials_error:

@@ -2,22 +2,38 @@
 # Build the lab base image: Debian 12 (bookworm) with systemd as PID 1, made by debootstrap from
 # Debian's mirror and `docker import`ed. The tag carries a hash of this recipe, so an edited recipe
 # builds a new image and an unchanged one is reused.
-#   tests/lab/build-image.sh            build when missing, print the tag
-#   tests/lab/build-image.sh --force    rebuild
+#   tests/lab/build-image.sh                build when missing, print the tag
+#   tests/lab/build-image.sh --force        rebuild
+#   tests/lab/build-image.sh --pristine     the pristine machine of `make fresh-check` instead: Debian's minbase with
+#                                           systemd and nothing else (no Python, make, rsync, git or tt-smi)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 suite=bookworm
 mirror=${TTFLEET_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-# What later roles need on a host (as Ubuntu/Debian servers ship it): python and python3-apt for modules, git/venv for tt-inference-server,
-# rsync/curl for weights, iproute2/procps for diagnostics.
-packages=systemd,systemd-sysv,dbus,python3,python-is-python3,python3-apt,python3-venv,python3-yaml,sudo,iproute2,procps,git,rsync,curl,ca-certificates,util-linux
+force=0 flavour=lab
+for arg in "$@"; do
+  case "$arg" in
+    --force) force=1 ;;
+    --pristine) flavour=pristine ;;
+    *) echo "usage: $0 [--force] [--pristine]" >&2; exit 2 ;;
+  esac
+done
+if [ "$flavour" = lab ]; then
+  # What later roles need on a host (as Ubuntu/Debian servers ship it): python and python3-apt for modules, git/venv for
+  # tt-inference-server, rsync/curl for weights, iproute2/procps for diagnostics.
+  packages=systemd,systemd-sysv,dbus,python3,python-is-python3,python3-apt,python3-venv,python3-yaml,sudo,iproute2,procps,git,rsync,curl,ca-certificates,util-linux
+  repo=ttfleet-lab/debian
+else
+  packages=systemd,systemd-sysv,dbus
+  repo=ttfleet-lab/debian-pristine
+fi
 recipe_hash=$( { cat "$0" "$here/files/tt-smi"; echo "$suite $packages"; } | sha256sum | cut -c1-12)
-tag="ttfleet-lab/debian:${suite}-${recipe_hash}"
+tag="${repo}:${suite}-${recipe_hash}"
 
 log() { printf '==> %s\n' "$*" >&2; }
 
-if [ "${1:-}" != "--force" ] && docker image inspect "$tag" >/dev/null 2>&1; then
+if [ "$force" = 0 ] && docker image inspect "$tag" >/dev/null 2>&1; then
   echo "$tag"
   exit 0
 fi
@@ -45,12 +61,12 @@ done
 echo "ttfleet-lab" >"$rootfs/etc/hostname"
 : >"$rootfs/etc/machine-id"
 # Hardware stand-in for the lab only: prints the snapshot each lab host was given.
-install -m 0755 "$here/files/tt-smi" "$rootfs/usr/local/bin/tt-smi"
+[ "$flavour" = lab ] && install -m 0755 "$here/files/tt-smi" "$rootfs/usr/local/bin/tt-smi"
 rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
 # Like any installed system that has never run `apt-get update`: an index that is old, not fresh.
 touch -d @0 "$rootfs"/var/lib/apt/lists
 
 log "docker import -> $tag"
 tar -C "$rootfs" -c . | docker import -c 'CMD ["/lib/systemd/systemd"]' - "$tag" >/dev/null
-docker tag "$tag" ttfleet-lab/debian:latest
+docker tag "$tag" "$repo:latest"
 echo "$tag"

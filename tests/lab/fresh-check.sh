@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # make fresh-check: the README's two set-up commands on a pristine Debian 12 machine, whatever state this one is in.
 #
-# It clones the committed HEAD (never the work tree) into a new systemd container of the lab's debootstrap image
-# (Debian 12 as `debootstrap` leaves it: no make, no Python venv, no Docker, no rsync), gives it nothing of this machine
+# It clones the committed HEAD (never the work tree) into a new systemd container of a pristine debootstrap image
+# (build-image.sh --pristine: Debian 12's minbase with systemd and nothing else: no Python, make, git, rsync or Docker),
+# gives it nothing of this machine
 # but its CA certificates and /etc/pip.conf (the way this machine reaches PyPI and Debian's mirror), and runs there, as
 # root, `make demo` then `make test`. That container starts its own Docker engine (ensure-docker.sh installs docker.io), builds its
 # own lab image, and its lab hosts run their own engines for the serve scenarios: three levels of engines, each with
@@ -23,13 +24,13 @@ commands=("$@")
 [ ${#commands[@]} -gt 0 ] || commands=("make demo" "make test")
 
 tests/lab/ensure-docker.sh
-tests/lab/build-image.sh >/dev/null
-image=ttfleet-lab/debian:latest
+image=$(tests/lab/build-image.sh --pristine)
 
 out="$root/tests/output/fresh-check"
 # The bind mounts live on this machine's filesystem (ext4, overlay2-capable), under .cache, never in the clone.
 work="$root/.cache/fresh-check"
 name="ttfleet-fresh-check"
+# shellcheck disable=SC2317  # called by the EXIT trap
 cleanup() {
   if [ "${TTFLEET_FRESH_KEEP:-}" = 1 ]; then
     log "kept: docker exec -it $name bash (work directory $work)"
@@ -44,7 +45,7 @@ docker rm -f "$name" >/dev/null 2>&1 || true
 rm -rf "$work" "$out"
 mkdir -p "$work/docker" "$out"
 git clone -q "$root" "$work/src"
-commit=$(git -C "$work/src" log -1 --format='%h %s')
+commit=$(git -C "$work/src" log -1 --format='%h (%cs)')
 log "pristine Debian 12 container $name with the committed HEAD: $commit"
 trap cleanup EXIT
 
@@ -55,15 +56,15 @@ docker run -d --name "$name" --hostname fresh-check \
   --stop-signal SIGRTMIN+3 "$image" /lib/systemd/systemd >/dev/null
 
 # This machine's way out to PyPI and Debian's mirror, nothing else.
+docker exec "$name" mkdir -p /usr/local/share/ca-certificates /etc/ssl/certs
 for c in /usr/local/share/ca-certificates/*.crt; do
   [ -e "$c" ] && docker cp "$c" "$name:/usr/local/share/ca-certificates/"
 done
-docker exec "$name" mkdir -p /etc/ssl/certs
 [ -f /etc/ssl/certs/ca-certificates.crt ] && docker cp /etc/ssl/certs/ca-certificates.crt "$name:/etc/ssl/certs/ca-certificates.crt"
 [ -f /etc/pip.conf ] && docker cp /etc/pip.conf "$name:/etc/pip.conf"
 
 # What a pristine machine lacks is the point: show it.
-docker exec "$name" bash -c 'for p in make python3 docker rsync debootstrap shellcheck zstd; do
+docker exec "$name" bash -c 'for p in make python3 git docker rsync debootstrap shellcheck zstd; do
   command -v "$p" >/dev/null 2>&1 && echo "present: $p" || echo "absent: $p"; done' | paste -sd' ' - >&2
 
 summary=()
@@ -74,10 +75,10 @@ for cmd in "${commands[@]}"; do
   log "$cmd (log: $logfile)"
   start=$SECONDS
   rc=0
-  # The README's commands as a new user types them: as root in the clone, make installed first when missing
-  # (.ci/run does the same), no environment of ours.
-  docker exec -e LANG=C.UTF-8 -e LC_ALL=C.UTF-8 -e CI=true "$name" bash -c \
-    "cd /root/src && { command -v make >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq make >/dev/null; }; } && $cmd" \
+  # The README's commands as a new user types them: as root in the clone, after the README's
+  # `apt-get install -y git make` when either is missing, with no environment of ours.
+  docker exec -e LANG=C.UTF-8 -e LC_ALL=C.UTF-8 "$name" bash -c \
+    "cd /root/src && { command -v make >/dev/null && command -v git >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq git make >/dev/null; }; } && $cmd" \
     >"$logfile" 2>&1 </dev/null || rc=$?
   took=$((SECONDS - start))
   grep -E '^===== .*: (ok|FAILED) (in|after) [0-9]+s =====$' "$logfile" | sed 's/^=====/   /; s/ =====$//' >&2 || true

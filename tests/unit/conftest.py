@@ -36,7 +36,7 @@ if _parent not in sys.path:
 
 
 try:
-    from ansible.module_utils.testing import patch_module_args  # noqa: F401  # pylint: disable=unused-import
+    from ansible.module_utils.testing import patch_module_args  # pylint: disable=unused-import
 except ImportError:  # ansible-core < 2.19
 
     @contextlib.contextmanager
