@@ -7,7 +7,8 @@ Pure functions, standard library only. The rules are those of ``generate_docker_
 TTIS ``workflows/run_docker_server.py`` together with ``SetupConfig`` (``workflows/setup_host.py``),
 ``ModelSpec.apply_overrides`` (``workflows/model_spec.py``) and the image version check of
 ``workflows/validate_setup.py``, as run by ``run.py --docker-server --print-docker-cmd``.
-Differences between releases are keyed on the catalog's release version (see ``_rules``).
+Differences between releases are keyed on the catalog's release version (see ``_rules``). A catalog
+with ``model_specs_env`` dev gets what ``run.py --dev-mode`` adds (see ``_dev_mounts``).
 
 Deliberate differences from run.py: the container name is stable instead of random, the env file
 is ours instead of ``<checkout>/.env``, and secrets (``API_KEY``, ``OPENAI_API_KEY``) stay in that
@@ -25,10 +26,11 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
     CONTAINER_HOME,
     MIN_CURRENT_INTERFACE_VERSION,
     SpecError,
+    check_image,
     derive,
     is_legacy_interface,
     named_volume,
-    parse_image_version,
+    override_image,
     parse_version_tuple,
     volume_name,
 )
@@ -75,6 +77,16 @@ _SPLIT_PUBLISH = (0, 14, 0)  # media/forge publish HOST:P:8000 and take no conta
 _MEDIA_SPEC_ENV = (0, 15, 0)  # spec env_vars and NO_AUTH passed to media/forge; SDXL C++ server
 _CPP_NEEDS_DEVICE = (0, 16, 0)  # C++ server only on the devices of its table (v0.15 failed otherwise)
 _MEDIA_HF_HOME = (0, 19, 0)  # HF_HOME on the cache_root volume for media/forge
+_DEV_REFERENCE_CONFIG = (0, 19, 0)  # --dev-mode mounts reference_config/ instead of benchmarking/ and evals/
+_DEV_TRAINING_MEDIA = (0, 20, 0)  # --dev-mode counts TRAINING specs as media server specs
+
+# run.py --dev-mode --docker-server (v0.16.0 and later, generate_docker_run_command): the resolved spec goes into the
+# container as a read-only JSON named by RUNTIME_MODEL_SPEC_JSON_PATH, which the vLLM entrypoint reads instead of the
+# image's own prod catalog, and the checkout's sources are bind-mounted over the image's.
+DEV_SPEC_DIR = CONTAINER_HOME + "/model_specs"
+DEV_APP_DIR = CONTAINER_HOME + "/app"
+DEV_MEDIA_SERVER_DIR = CONTAINER_HOME + "/tt-metal/server"
+_DEV_MEDIA_MODEL_TYPES = ("CNN", "IMAGE", "EMBEDDING", "VIDEO", "TEXT_TO_SPEECH", "AUDIO")
 
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 _MOUNT_UNSAFE = re.compile(r'[,="]')
@@ -96,6 +108,10 @@ def _rules(release_version):
         "media_spec_env": since(_MEDIA_SPEC_ENV),
         "cpp_needs_device": since(_CPP_NEEDS_DEVICE),
         "media_hf_home": since(_MEDIA_HF_HOME),
+        "dev_app_dirs": ("reference_config", "utils", "tests")
+        if since(_DEV_REFERENCE_CONFIG)
+        else ("benchmarking", "evals", "utils", "tests"),
+        "dev_media_model_types": _DEV_MEDIA_MODEL_TYPES + (("TRAINING",) if since(_DEV_TRAINING_MEDIA) else ()),
     }
 
 
@@ -148,15 +164,6 @@ def _token(value, option, example):
     return text
 
 
-def _image(value):
-    if not isinstance(value, str) or not value or value.startswith("-") or re.search(r"[\s\x00-\x1f\x7f]", value):
-        raise SpecError(
-            f"image {value!r} is not a Docker image reference; give repository:tag, for example "
-            "ghcr.io/tenstorrent/tt-inference-server/vllm-tt-metal-src-release-ubuntu-22.04-amd64:0.20.0-de59f8a-03fa3af."
-        )
-    return value
-
-
 def _port(value):
     try:
         port = int(value)
@@ -199,13 +206,19 @@ def _legacy_message(derived, image, version, release):
 # The command
 
 
+def _is_cpp(derived, rules):
+    """Whether run.py starts the spec in the media image's C++ server (_is_cpp_media_spec)."""
+    cpp = derived["inference_engine"] == "media" and derived["model_name"] in CPP_SDXL_RUNNERS
+    if cpp and rules["cpp_needs_device"]:
+        cpp = derived["device"] in CPP_SDXL_DEVICES
+    return cpp
+
+
 def _media_env(spec, derived, rules):
     """Environment run.py adds for media and forge images, in its order."""
     env = {}
     device = derived["device"]
-    cpp = derived["inference_engine"] == "media" and derived["model_name"] in CPP_SDXL_RUNNERS
-    if cpp and rules["cpp_needs_device"]:
-        cpp = device in CPP_SDXL_DEVICES
+    cpp = _is_cpp(derived, rules)
     if rules["media_spec_env"]:
         spec_env = spec.get("env_vars")
         if not isinstance(spec_env, dict):
@@ -239,6 +252,53 @@ def _media_env(spec, derived, rules):
     return env
 
 
+def _dev_mounts(catalog, spec, derived, rules, runtime_spec_file):
+    """``--mount`` arguments of run.py --dev-mode and the container path of the runtime spec JSON."""
+    checkout = catalog.get("checkout")
+    if not checkout:
+        raise SpecError("The dev catalog comes from a checkout's code; give tt_inference_server_dir.")
+    checkout = _absolute_path(checkout, "tt_inference_server_dir", mount=True)
+    if not runtime_spec_file:
+        raise SpecError(
+            "run.py --dev-mode passes the resolved dev spec into the container as a JSON file named by "
+            "RUNTIME_MODEL_SPEC_JSON_PATH (the image's own catalog is prod); set runtime_spec_file to where that file "
+            "is written on the host (the returned runtime_model_spec)."
+        )
+    spec_path = _absolute_path(runtime_spec_file, "runtime_spec_file", mount=True)
+    spec_in_container = f"{DEV_SPEC_DIR}/{posixpath.basename(spec_path)}"
+    mounts = ["--mount", f"type=bind,src={spec_path},dst={spec_in_container},readonly"]
+    for name in rules["dev_app_dirs"]:
+        mounts += ["--mount", f"type=bind,src={checkout}/{name},dst={DEV_APP_DIR}/{name}"]
+    media_server = f"{checkout}/tt-media-server"
+    if spec.get("model_type") in rules["dev_media_model_types"]:
+        if not _is_cpp(derived, rules):
+            mounts += ["--mount", f"type=bind,src={media_server},dst={DEV_MEDIA_SERVER_DIR}"]
+        else:
+            # The C++ server's build stays the image's: every other entry of tt-media-server/ is mounted on its own.
+            try:
+                entries = sorted(os.listdir(media_server))
+            except OSError as exc:
+                raise SpecError(
+                    f"cannot list {media_server} to mount it as run.py --dev-mode does: {exc.strerror or exc}"
+                ) from None
+            for entry in entries:
+                if entry != "cpp_server":
+                    source = _absolute_path(f"{media_server}/{entry}", "tt-media-server entry", mount=True)
+                    mounts += ["--mount", f"type=bind,src={source},dst={DEV_MEDIA_SERVER_DIR}/{entry}"]
+    else:
+        mounts += ["--mount", f"type=bind,src={checkout}/vllm-tt-metal/src,dst={DEV_APP_DIR}/src"]
+    return mounts, spec_in_container
+
+
+def _runtime_model_spec(spec, port):
+    """The spec as run.py --dev-mode writes it for the container (ModelSpec.apply_overrides: port)."""
+    runtime = dict(spec)
+    dms = dict(runtime.get("device_model_spec") or {})
+    dms["vllm_args"] = {**(dms.get("vllm_args") or {}), "port": str(port)}
+    runtime["device_model_spec"] = dms
+    return runtime
+
+
 def container_command(
     spec,
     catalog=None,
@@ -252,15 +312,33 @@ def container_command(
     env_file=None,
     name=None,
     host_weights_dir=None,
+    runtime_spec_file=None,
 ):
     """The ``docker run`` argv that serves ``spec``, as run.py --docker-server prints it.
 
     Returns a dict with ``argv``, ``image``, ``container_name``, ``env_file``, ``version`` (after an
     image override), ``volume`` (host directory or Docker named volume), ``legacy_interface`` (of the
-    spec's own image) and ``inference_engine``. Raises SpecError for what run.py would refuse.
+    spec's own image), ``inference_engine`` and ``runtime_model_spec`` (for a spec of the dev catalog,
+    the JSON document to write to ``runtime_spec_file``, else None). Raises SpecError for what run.py
+    would refuse.
     """
     catalog = catalog or {}
-    derived = derive(spec, catalog)
+    dev = catalog.get("model_specs_env") == "dev"
+    if image is not None:
+        image = check_image(image)
+    elif not spec.get("docker_image"):
+        raise SpecError(
+            f"The spec of {spec.get('model_name')!r} on {spec.get('device_type')!r} pins no Docker image "
+            "(a dev spec): as run.py --dev-mode --docker-server requires --override-docker-image, set image; the "
+            "version its tag starts with names the volume."
+        )
+    # ModelSpec.apply_overrides: an image override also replaces the version (volume name and
+    # image check) when its tag starts with one; ':latest' or ':dev' keep the spec's.
+    run_spec = override_image(spec, image)
+    derived = derive(run_spec, catalog)
+    image = derived["docker_image"]
+    version = derived["version"]
+    own_legacy = is_legacy_interface(spec.get("inference_engine") or "vLLM", spec.get("version"))
     release = catalog.get("release_version")
     release_label = f"v{release}" if release else "of this release"
     if catalog.get("legacy_layout"):
@@ -277,22 +355,6 @@ def container_command(
         )
     engine = derived["inference_engine"]
     rules = _rules(release)
-
-    # ModelSpec.apply_overrides: an image override also replaces the version (volume name and
-    # image check) when its tag starts with one; ':latest' or ':dev' keep the spec's.
-    version = derived["version"]
-    if image is not None:
-        image = _image(image)
-        parsed = parse_image_version(image)
-        if parsed is not None:
-            version = ".".join(str(part) for part in parsed)
-    else:
-        image = spec.get("docker_image")
-        if not image:
-            raise SpecError(
-                f"The spec of {derived['model_name']} on {derived['device']} pins no Docker image (a dev spec); "
-                "set image."
-            )
     if is_legacy_interface(engine, version):
         raise SpecError(_legacy_message(derived, image, version, release_label))
 
@@ -342,6 +404,11 @@ def container_command(
         env.update(_media_env(spec, derived, rules))
         if no_auth and rules["media_spec_env"]:
             env["NO_AUTH"] = "1"
+    runtime_model_spec = None
+    if dev:
+        mounts, env["RUNTIME_MODEL_SPEC_JSON_PATH"] = _dev_mounts(catalog, spec, derived, rules, runtime_spec_file)
+        argv += mounts
+        runtime_model_spec = {"runtime_model_spec": _runtime_model_spec(run_spec, port)}
     for key, value in env.items():
         if value:
             argv += ["-e", f"{key}={value}"]
@@ -361,8 +428,9 @@ def container_command(
         "env_file": env_file,
         "version": version,
         "volume": volume,
-        "legacy_interface": derived["legacy_interface"],
+        "legacy_interface": own_legacy,
         "inference_engine": engine,
+        "runtime_model_spec": runtime_model_spec,
         "model_name": derived["model_name"],
         "hf_model_repo": derived["hf_model_repo"],
         "impl_id": derived["impl_id"],

@@ -242,7 +242,13 @@ def model_summaries(catalog, models, device, volume_root, preseeded_roots=()):
     summaries = []
     for entry in models:
         derived = resolve(
-            catalog, entry["name"], device, impl=entry.get("impl"), engine=entry.get("engine"), volume_root=root
+            catalog,
+            entry["name"],
+            device,
+            impl=entry.get("impl"),
+            engine=entry.get("engine"),
+            volume_root=root,
+            image=entry.get("image"),
         )
         expected = expected_volume(root, derived, volumes)
         weights_path = None

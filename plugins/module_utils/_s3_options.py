@@ -37,6 +37,11 @@ def mask_url_credentials(module, keys):
         userinfo = url_userinfo(module.params.get(key))
         if userinfo:
             module.no_log_values.add(userinfo)
+            # The password alone too: older cores replace no_log values in set order, so a user name that is also
+            # a no_log value (an access key) could be replaced first and leave "********:password" behind.
+            password = userinfo.partition(":")[2]
+            if password:
+                module.no_log_values.add(password)
     if url_userinfo(module.params.get("s3_endpoint")):
         return (
             "s3_endpoint must not carry credentials (user:password@ in the URL); set s3_access_key and "

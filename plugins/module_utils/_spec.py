@@ -13,8 +13,10 @@ A *catalog* is the dict shape of TTIS's ``release_model_spec.json``::
      "model_specs": {hf_repo: {DEVICE: {engine: {impl_id: spec}}}}}
 
 plus the keys this module adds when loading: ``source`` (which loader was used), ``path``,
-``warnings``, ``legacy_layout`` and, when the checkout's own code was imported, ``device_mesh``
-and ``devices`` taken from that code.
+``warnings``, ``legacy_layout``, ``model_specs_env`` (``prod``, ``dev``, or None for a spec file),
+``import_error`` (the cause when the code could not be imported and an export was read) and, when the
+checkout's own code was imported, ``checkout``, ``python``, ``git_marker_emulated`` and the
+``device_mesh`` and ``devices`` taken from that code.
 """
 
 from __future__ import annotations
@@ -93,26 +95,82 @@ _IMPORT_TIMEOUT = 120
 # <root>/releases/<tag>, whose venv (Python >= 3.10 with PyYAML) is <root>/venvs/<tag>.
 DEFAULT_CHECKOUT = "/opt/tt-inference-server/current"
 
-# Runs inside the TTIS checkout with the chosen interpreter. It imports the checkout's own
-# catalog and prints it in the release_model_spec.json shape; stdout is kept for the JSON only.
+# Runs inside the TTIS checkout with the chosen interpreter: ``-c PROGRAM CHECKOUT MODEL_SPECS_ENV``. It imports the
+# checkout's own catalog and prints it in the release_model_spec.json shape; stdout is kept for one JSON document, the
+# catalog or {"error": {...}} (exit status 3), so the caller can name the cause of a failure. Written for any Python 3
+# (no f-strings): an interpreter that is too old must still say which version it is.
+#
+# workflows.utils.get_repo_root_path() of every TTIS release (v0.10.1 to v0.20.0 and main) walks up from
+# workflows/ for a '.git' and raises FileNotFoundError "Repository root not found" without one, and
+# workflows/utils.py calls it at import time (default_dotenv_path). A release unpacked from an archive has no
+# .git, so while the catalog is imported, and only in this process, <checkout>/.git counts as existing when it
+# does not: the walk then stops at the checkout, as it does in a git clone. Nothing is written to the release.
 _EXPORT_PROGRAM = r"""
-import dataclasses, enum, json, os, sys
+import json, os, sys, traceback
 
 checkout = sys.argv[1]
+wanted_env = sys.argv[2]
 out = sys.stdout
 sys.stdout = sys.stderr
-sys.path.insert(0, checkout)
-from workflows import model_spec as catalog_module
-from workflows.workflow_types import DeviceTypes
+
+
+def fail(kind, exc=None, **extra):
+    info = {"kind": kind, "python": list(sys.version_info[:3])}
+    if exc is not None:
+        info["type"] = type(exc).__name__
+        info["message"] = str(exc)
+        info["module"] = getattr(exc, "name", None)
+        frames = traceback.extract_tb(sys.exc_info()[2])
+        if frames:
+            info["where"] = "%s:%s" % (frames[-1][0], frames[-1][1])
+    info.update(extra)
+    json.dump({"error": info}, out)
+    out.flush()
+    sys.exit(3)
+
+
+try:
+    import dataclasses, enum, pathlib
+
+    root = pathlib.Path(checkout).resolve()
+    marker = root / ".git"
+    real_exists = pathlib.Path.exists
+    emulated = not real_exists(marker)
+
+    def exists(self, *args, **kwargs):
+        if self == marker:
+            return True
+        return real_exists(self, *args, **kwargs)
+
+    sys.path.insert(0, str(root))
+    if emulated:
+        pathlib.Path.exists = exists
+    try:
+        from workflows import model_spec as catalog_module
+        from workflows.workflow_types import DeviceTypes
+    finally:
+        pathlib.Path.exists = real_exists
+except KeyboardInterrupt:
+    raise
+except BaseException as exc:
+    fail("import", exc)
+
+where = pathlib.Path(catalog_module.__file__).resolve()
+if root not in where.parents:
+    fail("elsewhere", where=str(where))
+# v0.16.0 and later load workflows/model_specs/<MODEL_SPECS_ENV>/; older releases have one catalog and no such name.
+active_env = getattr(catalog_module, "_MODEL_SPECS_ENV", None)
+if (active_env or "prod") != wanted_env:
+    fail("env", active=active_env)
 
 
 def plain(obj):
     if isinstance(obj, enum.Enum):
         return obj.name
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return dict((f.name, plain(getattr(obj, f.name))) for f in dataclasses.fields(obj))
     if isinstance(obj, dict):
-        return {(k.name if isinstance(k, enum.Enum) else str(k)): plain(v) for k, v in obj.items()}
+        return dict(((k.name if isinstance(k, enum.Enum) else str(k)), plain(v)) for k, v in obj.items())
     if isinstance(obj, (list, tuple, set, frozenset)):
         return [plain(v) for v in obj]
     if obj is None or isinstance(obj, (str, int, float, bool)):
@@ -140,8 +198,8 @@ for member in DeviceTypes:
         pass
 
 release = getattr(catalog_module, "VERSION", None)
-if release is None and os.path.isfile(os.path.join(checkout, "VERSION")):
-    with open(os.path.join(checkout, "VERSION"), encoding="utf-8") as handle:
+if release is None and os.path.isfile(os.path.join(str(root), "VERSION")):
+    with open(os.path.join(str(root), "VERSION"), encoding="utf-8") as handle:
         release = handle.read().strip()
 
 json.dump(
@@ -149,6 +207,8 @@ json.dump(
         "schema_version": getattr(catalog_module, "MODEL_SPECS_SCHEMA_VERSION", None),
         "release_version": release,
         "model_specs": nested,
+        "model_specs_env": active_env or "prod",
+        "git_marker_emulated": emulated,
         "device_mesh": meshes,
         "devices": sorted(member.name.upper() for member in DeviceTypes),
     },
@@ -157,8 +217,13 @@ json.dump(
 """
 
 
+# Catalogs of workflows/model_specs/<env>/ (TTIS v0.16.0 and later), as MODEL_SPECS_ENV names them. run.py --dev-mode
+# sets MODEL_SPECS_ENV=dev before it imports workflows.model_spec; without it the catalog is prod.
+MODEL_SPECS_ENVS = ("prod", "dev")
+DEFAULT_MODEL_SPECS_ENV = "prod"
+
 # Module options of the doc fragment ttfleet.inference.spec_source, shared by every module that
-# resolves a spec (model_spec, volume_facts); the fragment documents exactly these.
+# resolves a spec (model_spec, volume_facts, container_command); the fragment documents exactly these.
 SPEC_SOURCE_OPTIONS = {
     "model": {"type": "str"},
     "device": {"type": "str"},
@@ -167,11 +232,42 @@ SPEC_SOURCE_OPTIONS = {
     "tt_inference_server_dir": {"type": "path"},
     "spec_file": {"type": "path"},
     "python": {"type": "path"},
+    "model_specs_env": {"type": "str", "choices": list(MODEL_SPECS_ENVS), "default": DEFAULT_MODEL_SPECS_ENV},
 }
 
 
 class SpecError(Exception):
     """A spec source or a selection that cannot be used; the message says why and how to fix it."""
+
+
+class CodeImportError(SpecError):
+    """The checkout's ``workflows.model_spec`` could not be imported.
+
+    ``cause`` says why, one of ``CAUSE_*``; ``hint`` says what to change (empty when there is nothing to change
+    on this side); ``str()`` is the reason alone, without the hint.
+    """
+
+    def __init__(self, message, cause, hint=""):
+        super().__init__(message)
+        self.cause = cause
+        self.hint = hint
+
+
+# Why the code could not be imported. Another interpreter (option python) fixes the first four only.
+CAUSE_INTERPRETER = "interpreter"  # the interpreter does not run
+CAUSE_PYTHON = "python"  # it is older than TTIS needs
+CAUSE_PYYAML = "pyyaml"  # it has no PyYAML (TTIS v0.16.0 and later read YAML catalogs)
+CAUSE_MODULE = "module"  # it lacks another module the code imports
+CAUSE_REPO_ROOT = "repo_root"  # workflows.utils.get_repo_root_path() found no repository root
+CAUSE_CODE = "code"  # the code raised something else
+CAUSE_ENV = "model_specs_env"  # the code did not load the catalog asked for
+CAUSE_TIMEOUT = "timeout"
+CAUSE_OUTPUT = "output"  # it ended without a readable answer
+_PYTHON_HINT = (
+    "Give an interpreter with Python >= 3.10 and PyYAML (option python), such as the release's venv that the "
+    "ttfleet.inference.inference_server role makes."
+)
+_MIN_PYTHON = (3, 10)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -541,21 +637,83 @@ def _last_line(text):
     return lines[-1] if lines else "no output"
 
 
-def export_from_checkout(checkout, python=None, timeout=_IMPORT_TIMEOUT):
+def _one_line(value, limit=400):
+    """``value`` as one line of at most ``limit`` characters, for messages built from another program's output."""
+    text = " ".join(str(value).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _import_failure(info, interpreter, checkout):
+    """CodeImportError for the ``error`` document of _EXPORT_PROGRAM: the cause, in words, and its fix."""
+    version = tuple(part for part in info.get("python") or () if isinstance(part, int))
+    with_python = f"{interpreter} (Python {'.'.join(str(part) for part in version) or 'of unknown version'})"
+    kind = info.get("kind")
+    if kind == "elsewhere":
+        return CodeImportError(
+            f"{interpreter} imported workflows.model_spec from {_one_line(info.get('where'))}, not from {checkout}",
+            CAUSE_CODE,
+            "Remove the other 'workflows' package from that interpreter's path (PYTHONPATH, site-packages).",
+        )
+    if kind == "env":
+        return CodeImportError(
+            f"workflows.model_spec of {checkout} loaded the {_one_line(info.get('active') or 'only')} catalog, "
+            "not the one MODEL_SPECS_ENV asked for",
+            CAUSE_ENV,
+        )
+    name = _one_line(info.get("type") or "error")
+    message = _one_line(info.get("message") or "")
+    module = info.get("module") if isinstance(info.get("module"), str) else ""
+    error = f"{name}: {message}" if message else name
+    where = f" at {_one_line(info['where'])}" if info.get("where") else ""
+    if name in ("ModuleNotFoundError", "ImportError") and module.split(".")[0] == "yaml":
+        return CodeImportError(
+            f"{with_python} has no PyYAML, which workflows.model_spec imports ({error})", CAUSE_PYYAML, _PYTHON_HINT
+        )
+    if version and version < _MIN_PYTHON:
+        return CodeImportError(
+            f"workflows.model_spec does not import with {with_python}, older than the Python 3.10 that "
+            f"tt-inference-server needs ({error}{where})",
+            CAUSE_PYTHON,
+            _PYTHON_HINT,
+        )
+    if "Repository root not found" in message:
+        return CodeImportError(
+            f"workflows.model_spec refused to import: {message} (no .git in {checkout} or above it){where}",
+            CAUSE_REPO_ROOT,
+            "This release's workflows.utils.get_repo_root_path() did not accept the .git marker that the loader "
+            "stands in for in a release without one; install the release from git (inference_server_source git or "
+            "bundle) so that it has its .git.",
+        )
+    if name == "ModuleNotFoundError" and module and module.split(".")[0] != "workflows":
+        return CodeImportError(
+            f"{with_python} lacks the module {module!r} that workflows.model_spec imports ({error})",
+            CAUSE_MODULE,
+            _PYTHON_HINT,
+        )
+    return CodeImportError(
+        f"workflows.model_spec of {checkout} failed to import with {with_python}: {error}{where}", CAUSE_CODE
+    )
+
+
+def export_from_checkout(checkout, python=None, timeout=_IMPORT_TIMEOUT, model_specs_env=DEFAULT_MODEL_SPECS_ENV):
     """Import the checkout's ``workflows.model_spec`` with ``python`` and return its catalog.
 
-    Raises SpecError with the interpreter's last error line (missing PyYAML, Python too old,
-    import error) so the caller can fall back to the exported files.
+    ``model_specs_env`` is passed as MODEL_SPECS_ENV, which TTIS v0.16.0 and later read at import time to load
+    ``workflows/model_specs/<env>/``. A checkout without ``.git`` (a release unpacked from an archive) is imported
+    as if it had one, see _EXPORT_PROGRAM. Raises CodeImportError naming the cause (missing PyYAML, Python too old,
+    an error in the code, ...) so that the caller can fall back to the exported files and say why.
     """
+    if model_specs_env not in MODEL_SPECS_ENVS:
+        raise SpecError(f"model_specs_env must be one of {', '.join(MODEL_SPECS_ENVS)}, got {model_specs_env!r}.")
     interpreter = python or sys.executable
     env = dict(os.environ)
-    env["MODEL_SPECS_ENV"] = "prod"
+    env["MODEL_SPECS_ENV"] = model_specs_env
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env.pop("OVERRIDE_BENCHMARK_TARGETS", None)
     try:
         # Accepted bandit B603: a fixed program of ours on a root-owned release checkout.
         proc = subprocess.run(  # nosec B603
-            [interpreter, "-B", "-c", _EXPORT_PROGRAM, checkout],
+            [interpreter, "-B", "-c", _EXPORT_PROGRAM, checkout, model_specs_env],
             cwd=checkout,
             env=env,
             capture_output=True,
@@ -564,17 +722,33 @@ def export_from_checkout(checkout, python=None, timeout=_IMPORT_TIMEOUT):
             check=False,
         )
     except OSError as exc:
-        raise SpecError(f"cannot run {interpreter}: {exc.strerror or exc}") from None
+        raise CodeImportError(
+            f"cannot run {interpreter}: {exc.strerror or exc}", CAUSE_INTERPRETER, _PYTHON_HINT
+        ) from None
     except subprocess.TimeoutExpired:
-        raise SpecError(f"{interpreter} did not finish importing workflows.model_spec within {timeout}s") from None
-    if proc.returncode != 0:
-        raise SpecError(f"{interpreter} could not import workflows.model_spec: {_last_line(proc.stderr)}")
+        raise CodeImportError(
+            f"{interpreter} did not finish importing workflows.model_spec within {timeout}s", CAUSE_TIMEOUT
+        ) from None
     try:
         data = json.loads(proc.stdout)
     except ValueError:
-        raise SpecError(f"{interpreter} printed no readable catalog: {_last_line(proc.stdout)}") from None
+        data = None
+    if proc.returncode != 0:
+        if isinstance(data, dict) and isinstance(data.get("error"), dict):
+            raise _import_failure(data["error"], interpreter, checkout)
+        raise CodeImportError(
+            f"{interpreter} could not import workflows.model_spec (exit status {proc.returncode}): "
+            f"{_one_line(_last_line(proc.stderr))}",
+            CAUSE_OUTPUT,
+            f"Check that {interpreter} is a Python 3 interpreter.",
+        )
+    if not isinstance(data, dict) or "model_specs" not in data:
+        raise CodeImportError(
+            f"{interpreter} printed no readable catalog: {_one_line(_last_line(proc.stdout))}", CAUSE_OUTPUT
+        )
     catalog = catalog_from_data(data, SOURCE_CHECKOUT_CODE, path=os.path.join(checkout, "workflows", "model_spec.py"))
     catalog["python"] = interpreter
+    catalog["checkout"] = checkout
     return catalog
 
 
@@ -606,13 +780,38 @@ def default_checkout(tt_inference_server_dir=None, spec_file=None):
     return default
 
 
-def load_checkout(checkout, python=None, timeout=_IMPORT_TIMEOUT):
+def _dev_catalog(checkout, has_code, python, timeout):
+    """The dev catalog of a checkout (TTIS v0.16.0 and later), from its code only: the exports hold the prod one."""
+    release = _read_version_file(checkout)
+    label = f"{checkout} (tt-inference-server {release})" if release else checkout
+    if not has_code or not os.path.isdir(os.path.join(checkout, "workflows", "model_specs", "dev")):
+        raise SpecError(
+            f"model_specs_env is dev, but {label} has no dev catalog (no workflows/model_specs/dev/). "
+            "tt-inference-server has one since v0.16.0, where run.py --dev-mode selects it with MODEL_SPECS_ENV=dev; "
+            "before v0.16.0 --dev-mode kept the one catalog and only ran -dev- images. Set model_specs_env to prod, "
+            "or use release v0.16.0 or later."
+        )
+    try:
+        return export_from_checkout(checkout, python=python, timeout=timeout, model_specs_env="dev")
+    except CodeImportError as exc:
+        hint = f" {exc.hint}" if exc.hint else ""
+        raise SpecError(
+            f"model_specs_env is dev, but the code of {label} could not be imported: {exc}.{hint} There is no "
+            "fallback: release_model_spec.json holds the prod catalog only."
+        ) from None
+
+
+def load_checkout(checkout, python=None, timeout=_IMPORT_TIMEOUT, model_specs_env=DEFAULT_MODEL_SPECS_ENV):
     """Catalog of a TTIS checkout: its own code first, then its exported JSON files.
 
     Order: import ``workflows.model_spec`` (needs Python >= 3.10 and PyYAML in ``python``, by default
     the release's own venv when the inference_server role made one, see ``release_python``), then
     ``release_model_spec.json`` (v0.11+), then the flat ``model_specs_output.json`` (< v0.11).
-    The catalog's ``source`` names the one used and ``warnings`` say why earlier ones were skipped.
+    The catalog's ``source`` names the one used and ``warnings`` say why earlier ones were skipped;
+    ``import_error`` holds the cause and reason when the code could not be imported.
+
+    ``model_specs_env`` dev reads upstream's dev catalog (``workflows/model_specs/dev/``, v0.16.0 and later) as
+    ``run.py --dev-mode`` does; it comes from the code only and there is no fallback.
     """
     checkout = os.path.abspath(checkout)
     if not os.path.isdir(checkout):
@@ -620,14 +819,22 @@ def load_checkout(checkout, python=None, timeout=_IMPORT_TIMEOUT):
             f"tt_inference_server_dir {checkout} is not a directory. Clone a release tag of "
             "https://github.com/tenstorrent/tt-inference-server there, or pass spec_file instead."
         )
+    if model_specs_env not in MODEL_SPECS_ENVS:
+        raise SpecError(f"model_specs_env must be one of {', '.join(MODEL_SPECS_ENVS)}, got {model_specs_env!r}.")
+    has_code = os.path.isfile(os.path.join(checkout, "workflows", "model_spec.py"))
+    python = python or release_python(checkout)
+    if model_specs_env == "dev":
+        return _dev_catalog(checkout, has_code, python, timeout)
     reasons = []
-    if os.path.isfile(os.path.join(checkout, "workflows", "model_spec.py")):
+    failure = None
+    if has_code:
         try:
-            return export_from_checkout(checkout, python=python or release_python(checkout), timeout=timeout)
-        except SpecError as exc:
+            return export_from_checkout(checkout, python=python, timeout=timeout)
+        except CodeImportError as exc:
+            failure = exc
             reasons.append(str(exc))
     else:
-        reasons.append("no workflows/model_spec.py")
+        reasons.append("it has no workflows/model_spec.py")
     release_version = _read_version_file(checkout)
     for name, source in ((SOURCE_RELEASE_FILE, SOURCE_RELEASE_FILE), (SOURCE_LEGACY_FILE, SOURCE_LEGACY_FILE)):
         path = os.path.join(checkout, name)
@@ -635,10 +842,14 @@ def load_checkout(checkout, python=None, timeout=_IMPORT_TIMEOUT):
             reasons.append(f"no {name}")
             continue
         catalog = load_spec_file(path, source=source, release_version=release_version)
+        catalog["model_specs_env"] = DEFAULT_MODEL_SPECS_ENV
+        if failure is not None:
+            catalog["import_error"] = {"cause": failure.cause, "reason": str(failure)}
+        hint = f" {failure.hint}" if failure is not None and failure.hint else ""
         catalog["warnings"].append(
-            f"Using {path} because the checkout's code could not be used ({'; '.join(reasons)}). "
-            "That export was stale in some TTIS releases (v0.10.1, v0.11.1 to v0.15.0); give an interpreter "
-            "with Python >= 3.10 and PyYAML (option python) to read the code instead."
+            f"Read {path} instead of the code of {checkout}: {'; '.join(reasons)}.{hint} That export disagrees with "
+            "the code in some tt-inference-server releases (v0.10.1, v0.11.1 to v0.15.0: volume versions, images, env "
+            "vars, missing models)."
         )
         return catalog
     raise SpecError(
@@ -647,13 +858,22 @@ def load_checkout(checkout, python=None, timeout=_IMPORT_TIMEOUT):
     )
 
 
-def load_catalog(tt_inference_server_dir=None, spec_file=None, python=None):
+def load_catalog(tt_inference_server_dir=None, spec_file=None, python=None, model_specs_env=DEFAULT_MODEL_SPECS_ENV):
     """Catalog from exactly one of a checkout directory or a spec file."""
     if bool(tt_inference_server_dir) == bool(spec_file):
         raise SpecError("Give exactly one of tt_inference_server_dir or spec_file.")
     if spec_file:
-        return load_spec_file(spec_file)
-    return load_checkout(tt_inference_server_dir, python=python)
+        if model_specs_env != DEFAULT_MODEL_SPECS_ENV:
+            raise SpecError(
+                f"model_specs_env is {model_specs_env}, which selects a catalog of a tt-inference-server checkout, but "
+                f"spec_file {spec_file} is an export, one catalog already. Set tt_inference_server_dir instead, or "
+                "leave model_specs_env at prod to read the file as it is (scripts/release/export_model_spec.py --env "
+                "dev exports the dev catalog)."
+            )
+        catalog = load_spec_file(spec_file)
+        catalog["model_specs_env"] = None
+        return catalog
+    return load_checkout(tt_inference_server_dir, python=python, model_specs_env=model_specs_env)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -676,7 +896,8 @@ def iter_specs(catalog):
 
 def _release_label(catalog):
     release = catalog.get("release_version")
-    return f"tt-inference-server {release}" if release else "this spec"
+    label = f"tt-inference-server {release}" if release else "this spec"
+    return f"the dev catalog of {label}" if catalog.get("model_specs_env") == "dev" else label
 
 
 def known_devices(catalog):
@@ -841,7 +1062,10 @@ def derive(spec, catalog=None, volume_root=None):
     version = spec.get("version")
     if version in (None, ""):
         raise SpecError(
-            f"{where} has no version pin, so its volume name is undefined; use a release (prod) spec export."
+            f"{where} pins no version, so its volume name is undefined. Dev specs of tt-inference-server v0.17.0 and "
+            "later pin neither a version nor an image: as run.py --dev-mode needs --override-docker-image, give the "
+            "image to run (option image, tt_models[].image); the version its tag starts with names the volume. "
+            "Otherwise use the prod catalog."
         )
     version = _check_component(str(version), "version", where, mount=True)
     try:
@@ -922,8 +1146,56 @@ def derive(spec, catalog=None, volume_root=None):
     }
 
 
-def validate_inputs(model=None, device=None, impl=None, engine=None, volume_root=None):
+def check_image(value):
+    """``value`` if it is one Docker image reference argument, else SpecError naming option image."""
+    if not isinstance(value, str) or not value or value.startswith("-") or re.search(r"[\s\x00-\x1f\x7f]", value):
+        raise SpecError(
+            f"image {value!r} is not a Docker image reference; give repository:tag, for example "
+            f"{_VLLM_RELEASE_REPO}:0.20.0-de59f8a-03fa3af."
+        )
+    return value
+
+
+_CI_IMAGE_TAG = re.compile(r"^([0-9.]+)-([0-9a-fA-F]{40})-([0-9a-fA-F]{7})-(\d+)$")
+
+
+def image_commits(image):
+    """``(tt_metal_commit, vllm_commit)`` named by an image tag, as TTIS's parse_commits_from_docker_image reads them.
+
+    Only the CI tag ``<version>-<tt-metal commit, 40 hex>-<7 hex>-<timestamp>`` names them; the third part of a
+    media server image is not a vLLM commit. Any other tag gives ``(None, None)``.
+    """
+    if not isinstance(image, str) or ":" not in image:
+        return None, None
+    name, tag = image.rsplit(":", 1)
+    match = _CI_IMAGE_TAG.match(tag)
+    if not match:
+        return None, None
+    return match.group(2), None if "tt-media-inference-server" in name else match.group(3)
+
+
+def override_image(spec, image):
+    """The spec as ``run.py --override-docker-image IMAGE`` makes it (``ModelSpec.apply_overrides``).
+
+    The image replaces the spec's, with the commits its tag names; the version its tag starts with replaces the
+    spec's (it names the host volume), while ``:dev`` or ``:latest`` keep the spec's.
+    """
+    if image is None:
+        return spec
+    check_image(image)
+    spec = dict(spec)
+    spec["docker_image"] = image
+    spec["tt_metal_commit"], spec["vllm_commit"] = image_commits(image)
+    parsed = parse_image_version(image)
+    if parsed is not None:
+        spec["version"] = ".".join(str(part) for part in parsed)
+    return spec
+
+
+def validate_inputs(model=None, device=None, impl=None, engine=None, volume_root=None, image=None):
     """Reject hostile or malformed selection inputs before any spec is read."""
+    if image is not None:
+        check_image(image)
     if model is not None:
         check_name(model, "model", allow_org=True)
     for value, option in ((device, "device"), (impl, "impl")):
@@ -934,16 +1206,17 @@ def validate_inputs(model=None, device=None, impl=None, engine=None, volume_root
     _volume_root(volume_root)
 
 
-def resolve(specs, model, device, impl=None, engine=None, volume_root=None):
+def resolve(specs, model, device, impl=None, engine=None, volume_root=None, image=None):
     """Select (model, device[, impl][, engine]) as run.py does and derive its names and paths.
 
-    ``specs`` is a catalog from one of the loaders or a parsed export of either shape.
+    ``specs`` is a catalog from one of the loaders or a parsed export of either shape. ``image`` is
+    ``run.py --override-docker-image`` (see override_image).
     Raises SpecError with a message that names the input and lists the valid choices.
     """
-    validate_inputs(model, device, impl=impl, engine=engine, volume_root=volume_root)
+    validate_inputs(model, device, impl=impl, engine=engine, volume_root=volume_root, image=image)
     catalog = _ensure_catalog(specs)
     spec = select_spec(catalog, model, device, impl=impl, engine=engine)
-    return derive(spec, catalog, volume_root=volume_root)
+    return derive(override_image(spec, image), catalog, volume_root=volume_root)
 
 
 def list_models(specs, device=None, model=None):

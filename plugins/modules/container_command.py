@@ -29,7 +29,16 @@ description:
     does not reproduce that JSON. The error names the model, the pinned image version and the way out. With O(image)
     set, the current interface is used with that image and, as C(run.py) does, the version is taken from the image
     tag, so a tag of v0.11.0 or newer is accepted (and names the host volume), while C(:latest) keeps the spec's.
-  - Pure computation; it reads the specs and nothing else.
+  - With O(model_specs_env=dev) the spec comes from upstream's dev catalog and the command is the one of
+    C(run.py --dev-mode --docker-server --override-docker-image O(image)) (v0.16.0 and later). Dev specs of v0.17.0 and
+    later pin no image, so O(image) is required, as C(run.py) requires C(--override-docker-image). As C(run.py) does,
+    the resolved spec goes into the container as a read-only JSON file, O(runtime_spec_file) on the host, named by
+    E(RUNTIME_MODEL_SPEC_JSON_PATH) (the vLLM entrypoint reads it instead of the image's own prod catalog), and the
+    checkout's sources are bind-mounted over the image's (C(reference_config), C(utils), C(tests), and
+    C(vllm-tt-metal/src) or C(tt-media-server); C(benchmarking) and C(evals) instead of C(reference_config) before
+    v0.19.0). The caller writes RV(runtime_model_spec) to O(runtime_spec_file).
+  - Pure computation; it reads the specs and nothing else (with the dev catalog and the C++ media server, the entries
+    of the checkout's C(tt-media-server) directory, which C(run.py) mounts one by one).
 extends_documentation_fragment:
   - ttfleet.inference.spec_source
   - ttfleet.inference.attributes
@@ -90,6 +99,13 @@ options:
     description:
       - Host directory with pre-downloaded weights (C(run.py --host-weights-dir)), bind-mounted read-only at
         C(/home/container_app_user/readonly_weights_mount/<its basename>) and passed as E(MODEL_WEIGHTS_DIR).
+    type: path
+  runtime_spec_file:
+    description:
+      - Host path of the runtime spec JSON of a dev catalog spec (see O(model_specs_env)), bind-mounted read-only at
+        C(/home/container_app_user/model_specs/<its basename>) and named by E(RUNTIME_MODEL_SPEC_JSON_PATH). The caller
+        writes RV(runtime_model_spec) there. Only its path is used.
+      - Required with O(model_specs_env=dev), ignored otherwise.
     type: path
 notes:
   - O(model) and O(device) are required.
@@ -251,6 +267,19 @@ release_version:
   returned: success
   type: str
   sample: 0.20.0
+runtime_model_spec:
+  description:
+    - With O(model_specs_env=dev), the document to write to O(runtime_spec_file) as JSON, with the key
+      C(runtime_model_spec) holding the spec as C(run.py --dev-mode) writes it for the container. The spec has the
+      O(image), its version and commits, and C(device_model_spec.vllm_args.port). V(null) with the prod catalog.
+  returned: success
+  type: dict
+  sample:
+    runtime_model_spec:
+      model_id: id_tt-transformers_Qwen3-32B_p300x2
+      model_name: Qwen3-32B
+      version: 0.20.0
+      device_type: P300X2
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -286,6 +315,7 @@ def main():
             "env_file": {"type": "path"},
             "name": {"type": "str"},
             "host_weights_dir": {"type": "path"},
+            "runtime_spec_file": {"type": "path"},
         },
         mutually_exclusive=[("tt_inference_server_dir", "spec_file")],
         supports_check_mode=True,
@@ -305,6 +335,7 @@ def main():
             tt_inference_server_dir=default_checkout(params["tt_inference_server_dir"], params["spec_file"]),
             spec_file=params["spec_file"],
             python=params["python"],
+            model_specs_env=params["model_specs_env"],
         )
         spec = select_spec(catalog, params["model"], params["device"], impl=params["impl"], engine=params["engine"])
         result = container_command(
@@ -320,6 +351,7 @@ def main():
             env_file=params["env_file"],
             name=params["name"],
             host_weights_dir=params["host_weights_dir"],
+            runtime_spec_file=params["runtime_spec_file"],
         )
     except SpecError as exc:
         module.fail_json(msg=str(exc))

@@ -18,6 +18,8 @@ description:
     the Docker named volume, the weights and tensor cache directories, the container paths, the Docker image and the
     system requirements.
   - With O(list=true), returns every spec servable on O(device) (or on every device) instead.
+  - With O(model_specs_env=dev), selects from upstream's dev catalog, as C(run.py --dev-mode) does; with O(image), the
+    spec is the one C(run.py --override-docker-image) runs.
   - Invalid names (more than one C(/), C(..), control characters) are rejected before any file is read. Unknown models
     are answered with the closest names on that device, models not built for the device with the devices they
     support, and ambiguous selections with the implementation and engine choices.
@@ -32,6 +34,13 @@ options:
       - Absolute host directory that holds the volumes (C(run.py --host-volume)). When set, RV(paths) are absolute
         paths under it; otherwise they are relative to the volume.
     type: path
+  image:
+    description:
+      - Docker image to run instead of the spec's, as C(run.py --override-docker-image) takes it. As there, the
+        version its tag starts with replaces the spec's version, which names the host volume (a tag such as
+        C(:dev) keeps the spec's), and the commits a CI tag names replace the spec's.
+      - Needed to resolve the dev specs of v0.17.0 and later (O(model_specs_env=dev)), which pin no image or version.
+    type: str
   list:
     description:
       - Return RV(models), every spec servable on O(device), instead of selecting one. O(device) and O(model) then
@@ -84,6 +93,16 @@ EXAMPLES = r"""
     python: /home/tt/tt-inference-server/.venv/bin/python
   register: __n150_spec
 
+- name: Resolve a model from upstream's dev catalog, as run.py --dev-mode --override-docker-image does
+  ttfleet.inference.model_spec:
+    model: Qwen3-32B
+    device: p300x2
+    model_specs_env: dev
+    image: ghcr.io/tenstorrent/tt-inference-server/vllm-tt-metal-src-release-ubuntu-22.04-amd64:0.20.0-de59f8a-03fa3af
+    volume_root: /home/tt/data/tt-cache
+  register: __qb2_dev_spec
+  # volume_name is volume_id_tt_transformers-Qwen3-32B-v0.20.0: the version of the image's tag
+
 - name: Pick an implementation explicitly when the model has no default on the device
   ttfleet.inference.model_spec:
     model: Llama-3.2-3B
@@ -106,6 +125,12 @@ spec_source:
   returned: always
   type: str
   sample: checkout_code
+model_specs_env:
+  description:
+    - Catalog the specs come from, V(prod) or V(dev) (see O(model_specs_env)); V(null) for a O(spec_file).
+  returned: always
+  type: str
+  sample: prod
 spec_path:
   description: File the specs were read from (C(workflows/model_spec.py) for the code path).
   returned: always
@@ -392,6 +417,7 @@ def main():
         argument_spec={
             **SPEC_SOURCE_OPTIONS,
             "volume_root": {"type": "path"},
+            "image": {"type": "str"},
             "list": {"type": "bool", "default": False},
         },
         mutually_exclusive=[("tt_inference_server_dir", "spec_file")],
@@ -406,16 +432,19 @@ def main():
             impl=params["impl"],
             engine=params["engine"],
             volume_root=params["volume_root"],
+            image=params["image"],
         )
         catalog = load_catalog(
             tt_inference_server_dir=default_checkout(params["tt_inference_server_dir"], params["spec_file"]),
             spec_file=params["spec_file"],
             python=params["python"],
+            model_specs_env=params["model_specs_env"],
         )
         source = {
             "spec_source": catalog["source"],
             "spec_path": catalog["path"],
             "release_version": catalog.get("release_version"),
+            "model_specs_env": catalog.get("model_specs_env"),
         }
         if params["list"]:
             result = {"models": list_models(catalog, device=params["device"], model=params["model"])}
@@ -427,6 +456,7 @@ def main():
                 impl=params["impl"],
                 engine=params["engine"],
                 volume_root=params["volume_root"],
+                image=params["image"],
             )
     except SpecError as exc:
         module.fail_json(msg=str(exc))

@@ -50,8 +50,9 @@ options:
   models:
     description:
       - Models the host should serve. Each entry is a dict with C(name) (the model, as
-        O(ttfleet.inference.model_spec#module:model) takes it) and optionally C(impl), C(engine) and C(state). Other
-        keys are ignored, so a role's whole model list can be passed.
+        O(ttfleet.inference.model_spec#module:model) takes it) and optionally C(impl), C(engine), C(image) (as
+        O(ttfleet.inference.model_spec#module:image)) and C(state). Other keys are ignored, so a role's whole model
+        list can be passed.
       - Only entries whose C(state) is V(present) (the default) are checked.
     type: list
     elements: dict
@@ -73,6 +74,13 @@ options:
       - Python interpreter (3.10 or later, with PyYAML) used to import the checkout's code when
         O(tt_inference_server_dir) is set. Defaults to the interpreter that runs the module.
     type: path
+  model_specs_env:
+    description:
+      - Catalog of the checkout to check the models against, V(prod) or upstream's dev catalog V(dev) (what
+        C(run.py --dev-mode) selects). See O(ttfleet.inference.model_spec#module:model_specs_env).
+    type: str
+    choices: [prod, dev]
+    default: prod
   volume_root:
     description:
       - Directory that holds the tt-inference-server volumes (C(run.py --host-volume)). Expected volumes are looked up
@@ -260,7 +268,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import VolumeError
 
-_SOURCE_KEYS = ("tt_inference_server_dir", "spec_file", "python")
+_SOURCE_KEYS = ("tt_inference_server_dir", "spec_file", "python", "model_specs_env")
 
 
 def main():
@@ -304,6 +312,7 @@ def main():
                 tt_inference_server_dir=params["tt_inference_server_dir"],
                 spec_file=params["spec_file"],
                 python=params["python"],
+                model_specs_env=params["model_specs_env"],
             )
             for warning in catalog.get("warnings", []):
                 module.warn(warning)

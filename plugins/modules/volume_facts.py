@@ -71,6 +71,12 @@ options:
       - When V(false), every candidate is reused as an alias (RV(candidates[].reuse=symlink)).
     type: bool
     default: true
+  image:
+    description:
+      - Docker image the model runs with instead of its spec's (C(run.py --override-docker-image)); the version its tag
+        starts with names the expected volume, as in O(ttfleet.inference.model_spec#module:image). Only used with
+        O(model).
+    type: str
 notes:
   - The spec source options O(tt_inference_server_dir), O(spec_file) and O(python) are only used when O(model) is set;
     without the first two, the current release that the P(ttfleet.inference.inference_server#role) role installs is
@@ -389,6 +395,7 @@ def main():
             sizes=dict(type="bool", default=False),
             release_dirs=dict(type="list", elements="path"),
             kernel_isolation=dict(type="bool", default=True),
+            image=dict(type="str"),
             **SPEC_SOURCE_OPTIONS,
         ),
         required_together=[("model", "device")],
@@ -407,6 +414,7 @@ def main():
                 tt_inference_server_dir=checkout,
                 spec_file=params["spec_file"],
                 python=params["python"],
+                model_specs_env=params["model_specs_env"],
             )
             for warning in catalog.get("warnings", []):
                 module.warn(warning)
@@ -417,6 +425,7 @@ def main():
                 impl=params["impl"],
                 engine=params["engine"],
                 volume_root=root,
+                image=params["image"],
             )
         volumes, warnings = scan_roots(roots, sizes=params["sizes"])
         result = {"changed": False, "roots": roots, "volumes": volumes, "candidates": []}

@@ -6,6 +6,7 @@ path ansible-test copies the tree into.
 
 ``patch_module_args`` is ansible-core's (2.19+), or the same contract for the older cores of the support matrix.
 """
+
 import contextlib
 import json
 import os
@@ -50,6 +51,18 @@ except ImportError:  # ansible-core < 2.19
             yield
         finally:
             basic._ANSIBLE_ARGS = saved
+
+
+@pytest.fixture(autouse=True)
+def _fresh_module_warnings():
+    """Each test's module run starts with no warnings: ansible-core keeps them in a process-wide list, which older
+    cores never clear between two AnsibleModule runs in one process."""
+    from ansible.module_utils.common import warnings
+
+    for name in ("_global_warnings", "_global_deprecations"):
+        held = getattr(warnings, name, None)
+        if hasattr(held, "clear"):
+            held.clear()
 
 
 # What the root-only victim file holds (an /etc/shadow line): a test asserts that it never leaks.

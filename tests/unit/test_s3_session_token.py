@@ -27,6 +27,7 @@ import uuid
 import pytest
 import yaml
 from conftest import patch_module_args
+from test_kernels import KEY, warm_cache
 
 from ansible_collections.ttfleet.inference.plugins.action import model_weights as progress_action
 from ansible_collections.ttfleet.inference.plugins.module_utils import _s3 as s3
@@ -461,13 +462,6 @@ def test_a_wrong_region_names_the_bucket_region(serve):
 
 REPO = "ttfleet-lab/Tiny-STS"
 REV = "0123456789abcdef0123456789abcdef01234567"
-KEY = {
-    "model_name": "Qwen3-32B",
-    "mesh": "P300x2",
-    "impl_id": "tt_transformers",
-    "tt_metal_commit": "8c48a10",
-    "vllm_commit": "f52987a",
-}
 
 
 def _publish_model(server):
@@ -574,21 +568,6 @@ def test_sync_weights_scrubs_the_token_from_its_own_errors(serve, tmp_path, monk
     assert "token ******** and key ********" in str(err.value)
 
 
-def _warm_cache(volume):
-    root = os.path.join(volume, "tt_metal_cache", f"cache_{KEY['model_name']}", KEY["mesh"])
-    files = {"kernels/abc/brisc.elf": os.urandom(4096), "tensor_cache/w.tensorbin": os.urandom(50000)}
-    for rel, data in files.items():
-        path = os.path.join(root, rel)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as handle:
-            handle.write(data)
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            os.utime(os.path.join(dirpath, name), (1_000_000_000, 1_000_000_000))
-    os.utime(root, (1_000_000_000, 1_000_000_000))
-    return files
-
-
 def _kernel_args(volume, **extra):
     args = dict(KEY, volume=str(volume), host="lab", store="s3", s3_bucket="kernels", s3_prefix="caches")
     args.update(owner=os.getuid(), group=os.getgid(), quiet_seconds=60)
@@ -598,7 +577,7 @@ def _kernel_args(volume, **extra):
 
 def test_kernel_cache_harvests_and_deploys_with_the_token(serve, tmp_path, capsys):
     server = serve(access=ACCESS, secret=SECRET, token=TOKEN)
-    files = _warm_cache(str(tmp_path / "a"))
+    files = warm_cache(str(tmp_path / "a"))[1]
     status = tmp_path / "harvest.json"
     args = _kernel_args(tmp_path / "a", state="harvested", warmed=True, status_file=str(status), **_s3_args(server))
     code, out, result = _run(kernel_cache_module, args, capsys)

@@ -169,8 +169,9 @@ def test_missing_interpreter_falls_back(tmp_path):
 def test_export_error_names_the_interpreter(tmp_path):
     checkout = make_stand_in_checkout(tmp_path)
     (tmp_path / "workflows" / "model_spec.py").write_text("raise SystemExit('too old')\n")
-    with pytest.raises(SpecError, match=r"could not import workflows\.model_spec"):
+    with pytest.raises(SpecError, match=r"model_spec of .* failed to import with .*: SystemExit: too old") as info:
         spec_utils.export_from_checkout(checkout, python=sys.executable)
+    assert info.value.cause == spec_utils.CAUSE_CODE
 
 
 # --- module ------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -124,6 +125,21 @@ def test_module_refuses_and_masks_credentials_in_the_s3_endpoint(tmp_path, capsy
     assert "s3cr3t" not in out and "another-secret" not in out
     assert "set s3_access_key and s3_secret_key instead" in json.loads(out)["msg"]
     assert not (tmp_path / "weights").exists()
+
+
+def test_url_password_is_masked_whatever_order_the_no_log_values_are_replaced_in():
+    # ansible-core 2.16 replaces no_log values in set order: "AKID" (the no_log access key) replaced before
+    # "AKID:s3cr3t" would leave ":s3cr3t" readable, unless the password is a no_log value of its own.
+    from ansible.module_utils.common.parameters import remove_values
+
+    from ansible_collections.ttfleet.inference.plugins.module_utils._s3_options import mask_url_credentials
+
+    module = types.SimpleNamespace(params={"s3_endpoint": "http://AKID:s3cr3t@s3.lab:9000"}, no_log_values={"AKID"})
+    assert mask_url_credentials(module, ("s3_endpoint", "peer_url"))
+    assert "s3cr3t" in module.no_log_values
+    for first in ("AKID", "AKID:s3cr3t"):
+        masked = remove_values(module.params["s3_endpoint"], [first, *sorted(module.no_log_values - {first})])
+        assert "s3cr3t" not in masked, masked
 
 
 def test_hf_files_reads_lfs_and_git_blobs():
