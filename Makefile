@@ -8,7 +8,7 @@ export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
 LAB_HOSTS ?= p300x2,n150,n300
 
-.PHONY: demo test tools lab lab-image lab-down lint unit attacks sanity matrix build package entrypoints molecule faults fresh-check clean
+.PHONY: demo test tools lab lab-image lab-down lint unit attacks hostile sanity matrix build package entrypoints molecule faults fresh-check clean
 
 ## demo: a simulated fleet from bare to serving: site.yml, a chat completion per instance, the fleet report
 demo: tools
@@ -34,7 +34,7 @@ lab-down:
 	@if [ -x .venv/bin/python ]; then python tests/lab/hf_mirror.py stop; fi
 	@if [ -x .venv/bin/python ] && docker version >/dev/null 2>&1; then python tests/lab/lab.py down; fi
 
-lint unit attacks sanity matrix build package entrypoints molecule: tools
+lint unit attacks hostile sanity matrix build package entrypoints molecule: tools
 	tests/run-tests.sh $@
 
 ## faults: every fault-injection case (tests/faults), slow ones included; rewrites docs/faults.md
