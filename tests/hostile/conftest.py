@@ -52,7 +52,7 @@ def read_request(conn, limit=65536, timeout=5):
             data += part
     except OSError:
         return None
-    head, _, body = data.partition(b"\r\n\r\n")
+    head, _sep, body = data.partition(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     try:
         method, path, _version = lines[0].split(" ", 2)
@@ -60,7 +60,7 @@ def read_request(conn, limit=65536, timeout=5):
         return Request("", "", {}, data)
     headers = {}
     for line in lines[1:]:
-        name, _, value = line.partition(":")
+        name, _colon, value = line.partition(":")
         headers[name.strip().lower()] = value.strip()
     want = int(headers.get("content-length", "0") or 0)
     try:
