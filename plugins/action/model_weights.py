@@ -12,11 +12,21 @@ status file it created are removed at the end.
 
 Check mode and tasks with their own ``async:`` run the module as usual (check mode moves no bytes; an
 ``async`` task is polled by Ansible itself).
+
+The job's time limit is ``ttfleet_job_limit`` seconds (24 hours when the variable is not set). The module ends on
+its own well before a stalled or dripping origin could hold it that long: every request it makes has a stall limit
+(its ``timeout``) and an overall limit (a file's is 300 s plus a second per MiB, three attempts; an answer's or a
+listing's is fixed). The job limit is the backstop for a large model on a slow link: more than about 84 GiB at
+1 MiB/s needs a higher value (a job cut short keeps its verified and partial files, and the next run resumes them).
+
+File names and states in the progress lines come from the source (a Hub listing, a peer's manifest): control
+characters in them are shown as escapes, never sent to the terminal.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import shlex
 import time
 
@@ -24,6 +34,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._net import printable
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import hide_userinfo
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import human_bytes
 
@@ -32,8 +43,13 @@ display = Display()
 INTERVAL_VAR = "ttfleet_progress_interval"
 # Due every 25 s, a line is never more than 30 s after the previous one (a poll of the job can delay it).
 DEFAULT_INTERVAL = 25.0
-# The async wrapper kills its job after this many seconds; a transfer slower than this is hopeless anyway.
-JOB_LIMIT = 7 * 24 * 3600
+JOB_LIMIT_VAR = "ttfleet_job_limit"
+# The async wrapper kills its job after this many seconds (the default of ttfleet_job_limit). Every request of
+# the module is bounded by its own deadline, so this only stops work that is legitimately slow: at 1 MiB/s, the
+# slowest rate a file's deadline allows, 24 hours move about 84 GiB.
+JOB_LIMIT = 24 * 3600
+MIN_JOB_LIMIT = 60
+MAX_JOB_LIMIT = 30 * 24 * 3600
 MAX_POLL = 5.0
 # A converged run finishes within a second: look early, then back off to MAX_POLL.
 FIRST_POLL = 0.25
@@ -78,6 +94,29 @@ def parse_interval(value):
     return interval
 
 
+def parse_job_limit(value):
+    """The async job's limit in seconds from ``ttfleet_job_limit`` (None: the default)."""
+    if value is None or value == "":
+        return JOB_LIMIT
+    try:
+        limit = int(value)
+    except (TypeError, ValueError):
+        limit = -1
+    if not MIN_JOB_LIMIT <= limit <= MAX_JOB_LIMIT:
+        raise AnsibleActionFail(
+            f"{JOB_LIMIT_VAR} must be a whole number of seconds between {MIN_JOB_LIMIT} and {MAX_JOB_LIMIT} (got "
+            f"{printable(value, 60)!r}); set it in the inventory, for example {JOB_LIMIT_VAR}: 172800 for two days"
+        )
+    return limit
+
+
+def _number(value):
+    """A non-negative number from the status file, 0 for anything else."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or value < 0:
+        return 0
+    return min(value, 1 << 62)
+
+
 def parse_status(text):
     """The status file's JSON object, or None when it is absent, partial or not an object."""
     try:
@@ -92,16 +131,18 @@ def progress_line(host, status, elapsed, show_file=True, what="model_weights"):
     head = f"{host}: {what}"
     if status is None:
         return f"{head} running for {human_duration(elapsed)}, no bytes moving yet (listing and checking files)"
-    done, total = int(status.get("done_bytes") or 0), int(status.get("total_bytes") or 0)
+    done, total = int(_number(status.get("done_bytes"))), int(_number(status.get("total_bytes")))
     percent = f" ({100.0 * done / total:.1f}%)" if total else ""
+    eta = status.get("eta")
     line = (
-        f"{head} {human_bytes(done)} of {human_bytes(total)}{percent} at {human_bytes(status.get('rate') or 0)}/s, "
-        f"ETA {human_duration(status.get('eta'))}"
+        f"{head} {human_bytes(done)} of {human_bytes(total)}{percent} at {human_bytes(_number(status.get('rate')))}/s, "
+        f"ETA {human_duration(_number(eta) if eta is not None else None)}"
     )
+    # The file name comes from the source's listing, the state from the host: shown, never interpreted.
     if status.get("state") not in (None, "running"):
-        line += f", {status['state']}"
+        line += f", {printable(status['state'], 40)}"
     if show_file and status.get("file"):
-        line += f" [{status['file']}]"
+        line += f" [{printable(status['file'], 200)}]"
     return line
 
 
@@ -144,6 +185,7 @@ class ActionModule(ActionBase):
             return result
 
         interval = parse_interval(self._templar.template(task_vars.get(INTERVAL_VAR)))
+        self._job_limit = parse_job_limit(self._templar.template(task_vars.get(JOB_LIMIT_VAR)))
         host = task_vars.get("inventory_hostname", "host")
         args = dict(self._task.args)
         status_dir = None
@@ -171,7 +213,7 @@ class ActionModule(ActionBase):
         return res.get("rc"), res.get("stdout", "")
 
     def _make_status_dir(self):
-        rc, out = self._run_command("umask 077 && mktemp -d \"${TMPDIR:-/tmp}/ttfleet-progress.XXXXXXXX\"")
+        rc, out = self._run_command('umask 077 && mktemp -d "${TMPDIR:-/tmp}/ttfleet-progress.XXXXXXXX"')
         path = out.strip().splitlines()[-1] if out.strip() else ""
         if rc != 0 or not path.startswith("/"):
             raise AnsibleActionFail(
@@ -180,7 +222,7 @@ class ActionModule(ActionBase):
         return path
 
     def _launch(self, args, task_vars):
-        self._task.async_val = JOB_LIMIT
+        self._task.async_val = getattr(self, "_job_limit", JOB_LIMIT)
         try:
             launched = self._execute_module(module_args=args, task_vars=task_vars, wrap_async=True)
         finally:

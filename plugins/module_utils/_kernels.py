@@ -21,10 +21,12 @@ Pure standard library; the host needs the ``zstd`` program (Python 3.11 has no z
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fnmatch
 import functools
 import hashlib
+import http.client
 import json
 import os
 import re
@@ -39,9 +41,8 @@ import time
 import urllib.error
 import urllib.parse
 
-from ansible.module_utils.urls import open_url
-
-from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Error
+from ansible_collections.ttfleet.inference.plugins.module_utils import _net as net
+from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Error, hide_userinfo
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
     TEMP_PREFIX,
     SafeFileError,
@@ -83,6 +84,11 @@ FILE_MODE = 0o644
 EXEC_MODE = 0o755
 DIR_MODE = 0o755
 _MANIFEST_MAX = 1 << 20
+SHA_MAX = 4096  # a kernels.tar.zst.sha256 file (sha256sum format: one line)
+# The overall limit of a small store request (a manifest, a sha file) and the floor of the archive's, which grows by
+# a second per MiB of its archive_bytes (module_utils._net.Deadline.for_size); the stall limit is the timeout option.
+REQUEST_TOTAL = 300.0
+HEALTH_TOTAL = 60.0  # the overall limit of the warm-up health check of a harvest
 # Names that mean a writer is still at work (or died mid-write): a cache holding one is not complete.
 DEFAULT_TEMP_PATTERNS = (
     "*.tmp",
@@ -435,7 +441,8 @@ class PathStore:
             raise KernelError(f"{path} is missing; remove the entry and harvest again")
         return parse_sha_file(raw.decode("ascii", "replace"), path)
 
-    def open_archive(self, key):
+    def open_archive(self, key, size=None):
+        """The archive as a file; ``size`` (archive_bytes) is enforced by unpack, which reads exactly that."""
         entry = self.entry_dir(key)
         try:
             with opened_dir(entry) as dirfd:
@@ -529,21 +536,90 @@ class _PathWriter(_TempArchive):
         self.abort()
 
 
+def _split_userinfo(url):
+    """``(url without user:password@, credential headers)``: HTTP basic credentials of a URL go in a header, sent
+    only to that URL's origin."""
+    parts = urllib.parse.urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, {}
+    userinfo, _sep, hostport = parts.netloc.rpartition("@")
+    user, _sep, password = userinfo.partition(":")
+    pair = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}".encode()
+    return urllib.parse.urlunsplit(parts._replace(netloc=hostport)), {
+        "Authorization": "Basic " + base64.b64encode(pair).decode("ascii")
+    }
+
+
+class _Body:
+    """The body of a store's answer as a file object: a network error, a stall or the end of its deadline is a
+    module_utils._net.NetError naming the origin; closing it closes the connection."""
+
+    def __init__(self, resp, conn, deadline, url):
+        self.resp = resp
+        self.conn = conn
+        self.deadline = deadline
+        self.url = url
+        self.headers = resp.headers
+
+    def read(self, size=-1):
+        try:
+            data = self.resp.read(size)
+        except (http.client.HTTPException, OSError, ValueError) as exc:
+            raise net.describe(exc, self.deadline, self.url) from None
+        self.deadline.check()
+        return data
+
+    def read_capped(self, limit, what):
+        return net.read_capped(self.resp, limit, what, self.url, self.deadline)
+
+    def close(self):
+        self.resp.close()
+        self.conn.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _too_slow(deadline):
+    return deadline.expired or deadline.remaining() <= 0
+
+
 class HttpStore:
-    """Read-only store over HTTP with the path store's layout (a peer's temporary server, a web server)."""
+    """Read-only store over HTTP with the path store's layout (a peer's temporary server, a web server).
+
+    Every request goes to the origin of ``url`` and nowhere else: a peer's URL holds its access token in the path,
+    so redirects are never followed. Each request has a stall limit (``timeout``) and an overall one (``total``;
+    for the archive, more by its size)."""
 
     kind = "http"
 
-    def __init__(self, url, timeout=60):
+    def __init__(self, url, timeout=60, total=REQUEST_TOTAL):
         if not re.match(r"^https?://[^/\s]+", url or ""):
             raise KernelError(f"store_url {url!r} is not an http(s) URL, for example http://peer-host:8765/")
+        if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
+            # Not shown: the path of a peer's URL is its access token.
+            raise KernelError("store_url holds spaces or control characters; check the variable that sets it")
         self.url = url.rstrip("/") + "/"
-        self.timeout = timeout
+        self.timeout = float(timeout or net.DEFAULT_STALL)
+        self.total = float(total)
         # What messages, results and the marker show: no credentials, and not the path of the base URL, which for
         # a fleet peer (weights_server) is its access token; the marker is readable by every user of the host.
         parts = urllib.parse.urlsplit(self.url)
         base = "<base path>/" if parts.path.strip("/") else ""
         self.shown = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}/{base}"
+        target, self._headers = _split_userinfo(self.url)
+        target_parts = urllib.parse.urlsplit(target)
+        try:
+            self._port = target_parts.port
+        except ValueError:
+            raise KernelError(f"store_url {self.shown} has no usable port") from None
+        self._scheme = target_parts.scheme.lower()
+        self._host = target_parts.hostname
+        self._base = target_parts.path
+        self._origin = net.show_origin(target)
 
     @staticmethod
     def _entry(key, name):
@@ -555,60 +631,86 @@ class HttpStore:
     def describe(self, key=None, name=""):
         return self.shown + self._entry(key, name) if key else self.shown
 
-    def _open(self, key, name, missing_ok=False):
+    def _failure(self, shown, exc, deadline):
+        if _too_slow(deadline):
+            return KernelError(
+                f"{shown} did not finish within its {deadline.total:.0f} s limit; the store is too slow or stalled. "
+                "Check store_url and the network"
+            )
+        why = net.describe(exc, deadline, self._origin)
+        return KernelError(f"{shown} failed: {why}; check store_url and that the store is serving")
+
+    def _open(self, key, name, missing_ok=False, size=None):
+        """A _Body of the entry's file ``name``; None when missing and ``missing_ok``. With ``size``, an answer that
+        declares another length is refused."""
         shown = self.describe(key, name)
+        if size is None:
+            deadline = net.Deadline(total=self.total, stall=self.timeout, what="the answer")
+        else:
+            deadline = net.Deadline.for_size(size, stall=self.timeout, what="the archive", floor=self.total)
+        conn = None
         try:
-            return open_url(self._url(key, name), method="GET", timeout=self.timeout)
-        except urllib.error.HTTPError as exc:
-            exc.close()
-            if exc.code == 404 and missing_ok:
+            conn = net.connection(self._scheme, self._host, self._port, deadline)
+            conn.request("GET", self._base + self._entry(key, name), headers=self._headers)
+            resp = conn.getresponse()
+        except (http.client.HTTPException, OSError, ValueError, net.NetError) as exc:
+            if conn is not None:
+                conn.close()
+            raise self._failure(shown, exc, deadline) from None
+        try:
+            if resp.status == 404 and missing_ok:
+                resp.close()
+                conn.close()
                 return None
-            raise KernelError(
-                f"{shown} answered HTTP {exc.code}; check store_url and that the store is serving"
-            ) from None
-        except (urllib.error.URLError, OSError) as exc:
-            raise KernelError(f"{shown} is unreachable: {getattr(exc, 'reason', exc)}; check store_url") from None
+            if 300 <= resp.status < 400:
+                location = resp.getheader("Location") or ""
+                to = f" to {net.show_origin(location)}" if "://" in location else ""
+                raise KernelError(
+                    f"{shown} answered HTTP {resp.status}, a redirect{to}; a kernel store's redirects are not followed "
+                    "(a peer's URL holds its access token). Set store_url to the store itself"
+                )
+            if resp.status != 200:
+                raise KernelError(f"{shown} answered HTTP {resp.status}; check store_url and that the store is serving")
+            declared = net.content_length(resp)
+            if size is not None and declared is not None and declared != size:
+                raise KernelError(
+                    f"{shown} is {declared} bytes where its manifest states {size} (archive_bytes); refused. Remove "
+                    "the store entry and harvest again"
+                )
+        except BaseException:
+            resp.close()
+            conn.close()
+            raise
+        return _Body(resp, conn, deadline, self._origin)
+
+    def _read_small(self, key, name, limit, missing_ok=False):
+        body = self._open(key, name, missing_ok=missing_ok)
+        if body is None:
+            return None
+        with body:
+            try:
+                return body.read_capped(limit, name)
+            except net.NetError as exc:
+                raise self._failure(self.describe(key, name), exc, body.deadline) from None
 
     def read_manifest(self, key):
-        resp = self._open(key, MANIFEST_NAME, missing_ok=True)
-        if resp is None:
+        raw = self._read_small(key, MANIFEST_NAME, net.MAX_JSON_BYTES, missing_ok=True)
+        if raw is None:
             return None
-        with resp:
-            raw = resp.read(_MANIFEST_MAX + 1)
         return _json_object(raw, self.describe(key, MANIFEST_NAME), "is store_url a kernel store?")
 
     def read_sha(self, key):
-        with self._open(key, SHA_NAME) as resp:
-            return parse_sha_file(resp.read(4096).decode("ascii", "replace"), self.describe(key, SHA_NAME))
+        raw = self._read_small(key, SHA_NAME, SHA_MAX)
+        return parse_sha_file(raw.decode("ascii", "replace"), self.describe(key, SHA_NAME))
 
-    def open_archive(self, key):
-        return self._open(key, ARCHIVE_NAME)
+    def open_archive(self, key, size=None):
+        return self._open(key, ARCHIVE_NAME, size=size)
 
     def siblings(self, key):
         return []
 
     def writer(self, key):
         raise KernelError(f"the http store {self.shown} is read-only; harvest into a path or s3 store")
-
-
-class _S3Body:
-    """A GET's body as a readable file object that closes its connection."""
-
-    def __init__(self, resp):
-        self.resp = resp
-
-    def read(self, size=-1):
-        return self.resp.read(size)
-
-    def close(self):
-        self.resp.close()
-        self.resp.connection_to_close.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 class S3Store:
@@ -641,30 +743,42 @@ class S3Store:
         except S3Error as exc:
             raise KernelError(f"{what} failed: {exc}; check the s3 endpoint, bucket and credentials") from None
 
-    def _read_small(self, key, name, missing_ok=False):
+    def _read_small(self, key, name, limit, missing_ok=False):
+        """The object ``name`` of the entry, refused past ``limit`` bytes; None when missing and ``missing_ok``."""
         obj = self._object(key, name)
-        if self._call(f"HEAD {self.describe(key)}{name}", self.client.head_object, self.bucket, obj) is None:
+        info = self._call(f"HEAD {self.describe(key)}{name}", self.client.head_object, self.bucket, obj)
+        if info is None:
             if missing_ok:
                 return None
             raise KernelError(f"{self.describe(key)}{name} is missing; remove the entry and harvest again")
-        resp, _start = self._call(f"GET {self.describe(key)}{name}", self.client.open_object, self.bucket, obj)
-        with _S3Body(resp) as body:
-            return body.read(_MANIFEST_MAX + 1)
+        if info["size"] > limit:
+            raise KernelError(
+                f"{self.describe(key)}{name} is {info['size']} bytes, above the {limit}-byte cap of such a file; "
+                "remove the entry and harvest again"
+            )
+        _status, _headers, raw = self._call(
+            f"GET {self.describe(key)}{name}",
+            lambda: self.client.request("GET", self.bucket, obj, limit=limit),
+        )
+        return raw
 
     def read_manifest(self, key):
-        raw = self._read_small(key, MANIFEST_NAME, missing_ok=True)
+        raw = self._read_small(key, MANIFEST_NAME, net.MAX_JSON_BYTES, missing_ok=True)
         if raw is None:
             return None
         return _json_object(raw, f"{self.describe(key)}{MANIFEST_NAME}", "remove the entry and harvest again")
 
     def read_sha(self, key):
-        raw = self._read_small(key, SHA_NAME)
+        raw = self._read_small(key, SHA_NAME, SHA_MAX)
         return parse_sha_file(raw.decode("ascii", "replace"), f"{self.describe(key)}{SHA_NAME}")
 
-    def open_archive(self, key):
+    def open_archive(self, key, size=None):
+        """The archive's body, of ``size`` bytes (what the manifest states) or refused before reading."""
         obj = self._object(key, ARCHIVE_NAME)
-        resp, _start = self._call(f"GET {self.describe(key)}{ARCHIVE_NAME}", self.client.open_object, self.bucket, obj)
-        return _S3Body(resp)
+        resp, _start = self._call(
+            f"GET {self.describe(key)}{ARCHIVE_NAME}", self.client.open_object, self.bucket, obj, 0, size
+        )
+        return _Body(resp, resp.connection_to_close, resp.ttfleet_deadline, net.show_origin(self.client.endpoint))
 
     def siblings(self, key):
         base = "/".join(p for p in [self.prefix, key["model_name"], key["mesh"], key["impl_id"]] if p) + "/"
@@ -873,12 +987,32 @@ def _member_parts(name):
     return parts
 
 
-def unpack(source, staging_fd, zstd, max_bytes, owner=None, progress=None):
+def _read_exact(source, expected, push):
+    """Pass exactly the first ``expected`` bytes of ``source`` to ``push``; a byte more is refused before it is
+    passed on. Returns the bytes passed (fewer when the source ends early)."""
+    done = 0
+    while done < expected:
+        block = source.read(min(CHUNK, expected - done))
+        if not block:
+            return done
+        push(block)
+        done += len(block)
+    if source.read(1):
+        raise KernelError(
+            f"the archive runs past the {expected} bytes (archive_bytes) its manifest states; refused before "
+            "unpacking more"
+        )
+    return done
+
+
+def unpack(source, staging_fd, zstd, max_bytes, owner=None, progress=None, expected=None):
     """Extract a .tar.zst stream into the empty directory ``staging_fd``, hashing the stream as it is read.
 
     Only regular files and directories are written (no links, devices or absolute/parent paths), each created
     relative to its directory's descriptor (new files with O_EXCL, never through a link) and given ``owner`` on
-    its descriptor; writing stops once more than ``max_bytes`` come out.
+    its descriptor; writing stops once more than ``max_bytes`` come out. With ``expected`` (the manifest's
+    archive_bytes), exactly that many bytes of ``source`` are read: a longer source fails before its extra bytes
+    reach zstd.
     Returns ``{"sha256", "archive_bytes", "files", "bytes"}``.
     """
     # Accepted bandit B603: fixed argv: zstd found on PATH, reading the archive from a pipe.
@@ -888,17 +1022,23 @@ def unpack(source, staging_fd, zstd, max_bytes, owner=None, progress=None):
     digest = hashlib.sha256()
     state = {"bytes": 0, "error": None}
 
+    def push(block):
+        digest.update(block)
+        state["bytes"] += len(block)
+        proc.stdin.write(block)
+        if progress is not None:
+            progress.advance(len(block), ARCHIVE_NAME)
+
     def feed():
         try:
+            if expected is not None:
+                _read_exact(source, expected, push)
+                return
             while True:
                 block = source.read(CHUNK)
                 if not block:
                     break
-                digest.update(block)
-                state["bytes"] += len(block)
-                proc.stdin.write(block)
-                if progress is not None:
-                    progress.advance(len(block), ARCHIVE_NAME)
+                push(block)
         except BrokenPipeError:
             pass
         except BaseException as exc:  # reported by the main thread
@@ -942,6 +1082,9 @@ def unpack(source, staging_fd, zstd, max_bytes, owner=None, progress=None):
             pass
     except tarfile.TarError as exc:
         _abort(proc, thread)
+        if state["error"] is not None:
+            # The stream was cut (too long, too slow, broken): that, not the torn tar, is the cause.
+            raise _read_failure(state["error"]) from None
         raise KernelError(
             f"the archive is not a readable tar.zst ({exc}); remove the store entry and harvest again"
         ) from None
@@ -953,12 +1096,18 @@ def unpack(source, staging_fd, zstd, max_bytes, owner=None, progress=None):
     thread.join()
     rc = proc.wait()
     if state["error"] is not None:
-        raise KernelError(f"reading the archive failed: {state['error']}")
+        raise _read_failure(state["error"])
     if rc != 0:
         raise KernelError(
             f"zstd could not decompress the archive (exit code {rc}); remove the store entry and harvest again"
         )
     return {"sha256": digest.hexdigest(), "archive_bytes": state["bytes"], "files": files, "bytes": total}
+
+
+def _read_failure(error):
+    if isinstance(error, KernelError):
+        return error
+    return KernelError(f"reading the archive failed: {error}")
 
 
 def clear_leftovers(parent_fd, mesh):
@@ -994,18 +1143,22 @@ def _make_staging(parent_fd, mesh, parent):
 # Operations
 
 
-def check_health(url, timeout=10):
-    """None when ``url`` answers HTTP 200, else the reason."""
+def check_health(url, timeout=10, total=HEALTH_TOTAL):
+    """None when ``url`` answers HTTP 200, else the reason. The body is not read; the check stalls for at most
+    ``timeout`` seconds and lasts at most ``total``; a broken answer (not HTTP, reset) is a reason, not a crash."""
+    shown = net.printable(hide_userinfo(url), 300)
+    target, credentials = _split_userinfo(url)
+    deadline = net.Deadline(total=total, stall=timeout, what="the health check")
     try:
-        with open_url(url, method="GET", timeout=timeout) as resp:
-            if resp.status == 200:
-                return None
-            return f"{url} answered HTTP {resp.status}"
+        resp = net.open_url(target, deadline, credentials=credentials)
     except urllib.error.HTTPError as exc:
         exc.close()
-        return f"{url} answered HTTP {exc.code}"
-    except (urllib.error.URLError, OSError) as exc:
-        return f"{url} is unreachable ({getattr(exc, 'reason', exc)})"
+        return f"{shown} answered HTTP {exc.code}"
+    except net.NetError as exc:
+        return f"{shown} is unreachable or broken ({exc})"
+    with contextlib.closing(resp):
+        status = resp.status
+    return None if status == 200 else f"{shown} answered HTTP {status}"
 
 
 def _marker(parent_fd, volume, key):
@@ -1281,8 +1434,13 @@ def deploy(options, store, check_mode=False, now=None):
         staging, staging_fd = _make_staging(parent_fd, mesh, parent)
         try:
             progress = Progress(manifest["archive_bytes"], options.get("status_file"))
-            with store.open_archive(key) as source:
-                got = unpack(source, staging_fd, zstd, manifest["bytes"], owner, progress)
+            with store.open_archive(key, manifest["archive_bytes"]) as source:
+                try:
+                    got = unpack(
+                        source, staging_fd, zstd, manifest["bytes"], owner, progress, expected=manifest["archive_bytes"]
+                    )
+                except KernelError as exc:
+                    raise KernelError(f"{store.describe(key)}{ARCHIVE_NAME}: {exc}; nothing was put in place") from None
             progress.write(state="done")
             problems = []
             if got["sha256"] != manifest["sha256"]:

@@ -161,6 +161,26 @@ class _Watched:
         if deadline is not None:
             self.ttfleet_watch = watch(self.sock, deadline)
 
+    def getresponse(self):
+        # http.client closes a "Connection: close" connection as soon as the headers are in, while the body is still
+        # to come: the watchdog moves to the response and stays armed until the response is closed (or fires).
+        watch, self.ttfleet_watch = self.ttfleet_watch, None
+        try:
+            response = super().getresponse()
+        except BaseException:
+            if watch is not None:
+                watch.cancel()
+            raise
+        if watch is not None:
+            close = response.close
+
+            def close_and_disarm():
+                watch.cancel()
+                close()
+
+            response.close = close_and_disarm
+        return response
+
     def close(self):
         if self.ttfleet_watch is not None:
             self.ttfleet_watch.cancel()
@@ -288,7 +308,7 @@ def describe(exc, deadline, url):
         return exc
     if deadline is not None and deadline.expired:
         return NetError(f"{deadline.what} from {where}: {deadline.error()}")
-    reason = getattr(exc, "reason", exc)
+    reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
     if isinstance(reason, (socket.timeout, TimeoutError)):
         return NetError(
             f"{deadline.what if deadline else 'the request'} from {where} stalled: no data for "

@@ -24,10 +24,23 @@ surface there), then detaches a daemon (double fork, new session, stdio on /dev/
 ``stop_server`` signals it or ``ttl`` seconds pass, so a play that dies never leaves it behind for long. Its state
 (``<name>.json``, holding the token URL) and the bytes it served (``<name>.json.stats``) are mode 0600 files in a
 root-only 0700 run directory, written atomically through ``_safefile``.
+
+The daemon's connections are bounded (a peer keeps being served under a flood of idle or dripping connections):
+one thread, the *gate*, accepts connections and reads request heads without blocking; a connection that sends no
+byte for ``IDLE_TIMEOUT`` seconds, or not its whole head (at most ``MAX_HEAD_BYTES``) within ``HEADER_TIMEOUT``
+seconds of its accept, is closed. At most ``cap`` connections are open at once, ``cap`` derived from the open-file
+limit (two descriptors a connection: its socket and the file it is sent, ``FD_RESERVE`` kept for the daemon) and at
+most ``MAX_CONNECTIONS``; when the cap is reached, the connection still sending its head that was accepted first is
+closed for the new one, and when every connection is being answered new ones wait in the listen backlog. An accept
+that fails for want of descriptors or buffers (EMFILE, ENFILE, ENOBUFS, ENOMEM) closes the oldest waiting connection
+and pauses accepting (``ACCEPT_BACKOFF``, doubling), never spinning; EMFILE also lowers the cap to what fits. A head
+that is complete goes to a thread of its own that answers it and closes the connection (``Connection: close``); a
+client that takes no byte of the answer for ``WRITE_STALL`` seconds is dropped.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import hashlib
@@ -35,13 +48,15 @@ import hashlib
 # The request parser of the standard library only; files are served by the handler below, never by
 # SimpleHTTPRequestHandler (which would serve a whole tree and follow links).
 import http.server
+import io
 import json
 import os
 import re
+import resource
 import secrets
+import selectors
 import signal
 import socket
-import socketserver
 import stat
 import threading
 import time
@@ -76,10 +91,24 @@ KERNEL_ENTRY_FILES = (KERNEL_MANIFEST_NAME, ARCHIVE_NAME, SHA_NAME)
 KERNEL_ENTRY_DEPTH = 5
 RUN_DIR_MODE = 0o700
 STATE_MODE = 0o600
-# A client that sends or reads nothing for this long gives up its thread.
-REQUEST_TIMEOUT = 120
+# Bounds of the daemon's connections (module constants: the hostile tests set small ones in the process that
+# starts the daemon, which inherits them).
+IDLE_TIMEOUT = 10.0  # seconds without a byte from a client still sending its request head: closed
+HEADER_TIMEOUT = 20.0  # seconds from the accept for the whole request head: closed
+WRITE_STALL = 60.0  # seconds without the client taking a byte of the answer: dropped
+MAX_HEAD_BYTES = 16384  # a longer request head is answered 431 and closed
+MAX_CONNECTIONS = 512  # open connections at most, whatever the open-file limit
+FD_RESERVE = 16  # descriptors kept for the daemon itself (listener, directories, selector, state files)
+FDS_PER_CONNECTION = 2  # its socket and the file it is sent
+CONNECTION_CAP = None  # None: from the open-file limit (see connection_cap); tests force one
+ACCEPT_BACKOFF = (0.05, 1.0)  # first and longest pause of accepting after EMFILE, ENFILE, ENOBUFS or ENOMEM
+ACCEPT_BATCH = 64  # connections accepted in a row before pending heads are read again
+LISTEN_BACKLOG = 128
+_SHORT_OF = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _RANGE_RE = re.compile(r"^bytes=(\d+)-(\d*)$")
+# A range bound of more digits is past the end of any file (and int() of thousands of digits raises).
+_RANGE_DIGITS = 18
 
 
 class PeerError(Exception):
@@ -222,7 +251,10 @@ def open_pinned(rootfd, rel, pin):
         fd, st = open_path(rel, rootfd)
     except FileNotFoundError:
         raise _Refused(404) from None
-    except (OSError, SafeFileError):
+    except OSError as exc:
+        # Out of descriptors or memory is the server's state, not the file's: the peer retries.
+        raise _Refused(503 if exc.errno in _SHORT_OF else 403) from None
+    except SafeFileError:
         raise _Refused(403) from None
     if (st.st_dev, st.st_ino, st.st_size) != pin or not _disclosable(st):
         os.close(fd)
@@ -234,19 +266,62 @@ def open_pinned(rootfd, rel, pin):
 # HTTP
 
 
-class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
+class _StallWriter:
+    """The ``wfile`` of a handler: writes to a socket whose timeout is ``WRITE_STALL``, so a client that takes no
+    byte for that long raises TimeoutError (each ``send`` waits for room for at least one byte, not for all)."""
+
+    def __init__(self, sock):
+        self.sock = sock
+
+    def write(self, data):
+        view = memoryview(data)
+        while view:
+            view = view[self.sock.send(view) :]
+        return len(data)
+
+    def flush(self):
+        return
+
+
+def _range(header, size):
+    """``(start, end)`` of a ``Range`` header for a file of ``size`` bytes; None for the whole file (no or another
+    form of range, which HTTP lets a server ignore); _Refused(416) when it is not satisfiable."""
+    match = _RANGE_RE.match(header or "")
+    if not match:
+        return None
+    first, last = match.groups()
+    if len(first) > _RANGE_DIGITS or int(first) >= size:
+        raise _Refused(416)
+    start, end = int(first), size - 1
+    if last and len(last) <= _RANGE_DIGITS:
+        end = min(int(last), end)
+    if start > end:
+        raise _Refused(416)
+    return start, end
 
 
 def make_handler(rootfd, token, files, counter):
-    """A request handler class serving the catalog ``files`` below ``rootfd`` under ``/<token>/``."""
+    """A request handler class serving the catalog ``files`` below ``rootfd`` under ``/<token>/``.
+
+    It answers one request whose head the gate has read whole, ``Handler(sock, client_address, head)``, and leaves
+    the socket open for the caller to close."""
     prefix = f"/{token}/"
 
     class Handler(http.server.BaseHTTPRequestHandler):
         server_version = "ttfleet-peer/2"
         protocol_version = "HTTP/1.1"
-        timeout = REQUEST_TIMEOUT
+
+        def __init__(self, sock, client_address, head):
+            self.head = head
+            super().__init__(sock, client_address, None)
+
+        def setup(self):
+            self.connection = self.request
+            self.rfile = io.BytesIO(self.head)
+            self.wfile = _StallWriter(self.connection)
+
+        def finish(self):
+            return
 
         def log_message(self, *_args):
             return
@@ -256,6 +331,7 @@ def make_handler(rootfd, token, files, counter):
             for name, value in headers:
                 self.send_header(name, value)
             self.send_header("Content-Length", "0")
+            self.send_header("Connection", "close")
             self.end_headers()
 
         def _serve(self, body):
@@ -271,35 +347,34 @@ def make_handler(rootfd, token, files, counter):
                 self._empty(refused.code)
                 return
             with os.fdopen(fd, "rb") as handle:
-                start, end = 0, size - 1
-                match = _RANGE_RE.match(self.headers.get("Range", ""))
-                if match:
-                    start = int(match.group(1))
-                    if match.group(2):
-                        end = min(int(match.group(2)), size - 1)
-                    if start >= size or start > end:
-                        self._empty(416, [("Content-Range", f"bytes */{size}")])
-                        return
+                try:
+                    wanted = _range(self.headers.get("Range"), size)
+                except _Refused as refused:
+                    self._empty(refused.code, [("Content-Range", f"bytes */{size}")])
+                    return
+                if wanted:
+                    start, end = wanted
                     self.send_response(206)
                     self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
                 else:
+                    start, end = 0, size - 1
                     self.send_response(200)
                 length = max(end - start + 1, 0)
                 self.send_header("Content-Length", str(length))
                 self.send_header("Content-Type", "application/octet-stream")
                 self.send_header("Accept-Ranges", "bytes")
+                self.send_header("Connection", "close")
                 self.end_headers()
                 if not body:
                     return
-                handle.seek(start)
-                remaining = length
-                while remaining > 0:
-                    block = handle.read(min(CHUNK, remaining))
-                    if not block:
+                done = 0
+                while done < length:
+                    # sendfile waits at most the socket's timeout (WRITE_STALL) for room for each piece.
+                    sent = self.connection.sendfile(handle, start + done, min(CHUNK, length - done))
+                    if not sent:  # the file shrank below its pinned size: the peer sees a short body
                         break
-                    self.wfile.write(block)
-                    remaining -= len(block)
-                    counter.add(len(block))
+                    done += sent
+                    counter.add(sent)
 
         def do_GET(self):
             self._serve(True)
@@ -308,6 +383,243 @@ def make_handler(rootfd, token, files, counter):
             self._serve(False)
 
     return Handler
+
+
+def connection_cap():
+    """How many connections the daemon keeps open at once: ``CONNECTION_CAP`` when set, else what the open-file
+    limit holds at ``FDS_PER_CONNECTION`` descriptors each beside ``FD_RESERVE``, at most ``MAX_CONNECTIONS``. The
+    soft limit is raised first towards the hard one as far as ``MAX_CONNECTIONS`` needs (the daemon waits with
+    epoll, not select, so it has no use for a low soft limit)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = FD_RESERVE + FDS_PER_CONNECTION * MAX_CONNECTIONS
+    if soft != resource.RLIM_INFINITY and soft < want:
+        raised = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        if raised > soft:
+            with contextlib.suppress(OSError, ValueError):
+                resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+                soft = raised
+    if CONNECTION_CAP:
+        return CONNECTION_CAP
+    if soft == resource.RLIM_INFINITY:
+        return MAX_CONNECTIONS
+    return max(1, min(MAX_CONNECTIONS, (soft - FD_RESERVE) // FDS_PER_CONNECTION))
+
+
+class _Waiting:
+    """A connection whose request head is still coming."""
+
+    __slots__ = ("accepted", "address", "head", "heard")
+
+    def __init__(self, address, now):
+        self.address = address
+        self.accepted = self.heard = now
+        self.head = b""
+
+
+def _head_end(data):
+    """The length of the request head at the start of ``data`` (through its empty line), or -1."""
+    ends = [i + len(sep) for sep in (b"\r\n\r\n", b"\n\n") if (i := data.find(sep)) >= 0]
+    return min(ends) if ends else -1
+
+
+class Gate:
+    """The daemon's accept loop: it accepts connections, reads their request heads without blocking under the
+    idle and header timeouts, keeps at most ``cap`` connections open, backs off when accept fails for want of
+    descriptors, and hands each complete head to a thread of its own running ``handler(sock, address, head)``."""
+
+    def __init__(self, listener, handler, cap=None):
+        self.listener = listener
+        self.handler = handler
+        self.cap = cap or connection_cap()
+        listener.setblocking(False)
+        self.selector = selectors.DefaultSelector()
+        self.by_accept = collections.OrderedDict()  # waiting sockets, first accepted first
+        self.by_quiet = collections.OrderedDict()  # the same, longest silent first
+        self.busy = 0  # connections being answered by a thread
+        self.lock = threading.Lock()
+        self.listening = False
+        self.paused_until = 0.0
+        self.backoff = 0.0
+
+    # -- bookkeeping
+
+    def _open(self):
+        with self.lock:
+            return len(self.by_accept) + self.busy
+
+    def _forget(self, sock):
+        with contextlib.suppress(KeyError, ValueError):
+            self.selector.unregister(sock)
+        self.by_quiet.pop(sock, None)
+        return self.by_accept.pop(sock, None)
+
+    def _drop(self, sock, answer=None):
+        self._forget(sock)
+        if answer:
+            with contextlib.suppress(OSError):
+                sock.send(answer)
+        with contextlib.suppress(OSError):
+            sock.close()
+
+    def _drop_oldest(self):
+        """Close waiting connections, first accepted first, until no more than the cap are open."""
+        while self.by_accept and self._open() > self.cap:
+            self._drop(next(iter(self.by_accept)))
+
+    def _room(self):
+        """Whether a new connection fits: below the cap, or at it with a waiting connection to close for it (not
+        when the connections being answered fill the cap alone: then new ones wait in the listen backlog)."""
+        with self.lock:
+            waiting, busy = len(self.by_accept), self.busy
+        return waiting + busy < self.cap or (waiting > 0 and busy < self.cap)
+
+    def _listen(self, on):
+        if on != self.listening:
+            if on:
+                self.selector.register(self.listener, selectors.EVENT_READ)
+            else:
+                self.selector.unregister(self.listener)
+            self.listening = on
+
+    # -- the loop
+
+    def run(self, stop, deadline):
+        """Serve until ``stop`` is set or ``time.monotonic()`` passes ``deadline``."""
+        try:
+            while not stop.is_set():
+                now = time.monotonic()
+                if now >= deadline:
+                    break
+                self._expire(now)
+                self._listen(now >= self.paused_until and self._room())
+                ready = False
+                for key, _events in self.selector.select(self._wait(now, deadline)):
+                    if key.fileobj is self.listener:
+                        ready = True
+                    else:
+                        self._read(key.fileobj)
+                if ready:
+                    self._accept()
+        finally:
+            self._listen(False)
+            for sock in list(self.by_accept):
+                self._drop(sock)
+            self.selector.close()
+
+    def _wait(self, now, deadline):
+        wait = min(0.5, deadline - now)
+        if self.by_accept:
+            first = self.by_accept[next(iter(self.by_accept))]
+            quiet = self.by_quiet[next(iter(self.by_quiet))]
+            wait = min(wait, first.accepted + HEADER_TIMEOUT - now, quiet.heard + IDLE_TIMEOUT - now)
+        if now < self.paused_until:
+            wait = min(wait, self.paused_until - now)
+        elif not self.listening:
+            wait = min(wait, 0.05)  # at the cap, every connection answered: look again soon
+        return max(wait, 0.0)
+
+    def _expire(self, now):
+        while self.by_accept:
+            sock = next(iter(self.by_accept))
+            if now - self.by_accept[sock].accepted < HEADER_TIMEOUT:
+                break
+            self._drop(sock)
+        while self.by_quiet:
+            sock = next(iter(self.by_quiet))
+            if now - self.by_quiet[sock].heard < IDLE_TIMEOUT:
+                break
+            self._drop(sock)
+
+    def _pause(self):
+        first, longest = ACCEPT_BACKOFF
+        self.backoff = min(longest, self.backoff * 2 or first)
+        self.paused_until = time.monotonic() + self.backoff
+        self._listen(False)
+
+    def _accept(self):
+        for accepted in range(ACCEPT_BATCH):
+            if not self._room():
+                return
+            try:
+                sock, address = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno in (errno.ECONNABORTED, errno.EPROTO, errno.EPERM):
+                    continue  # that connection's own trouble
+                if accepted and exc.errno in _SHORT_OF:
+                    # The kernel takes the descriptor before it looks at the queue: this may be the end of the
+                    # queue. Read the heads just accepted first; the next round tells.
+                    return
+                if exc.errno == errno.EMFILE:
+                    # The limit is reached at this many connections: keep the cap to what fits.
+                    self.cap = max(1, min(self.cap, self._open() // FDS_PER_CONNECTION))
+                if exc.errno in _SHORT_OF and self.by_accept:
+                    self._drop(next(iter(self.by_accept)))
+                self._drop_oldest()
+                self._pause()
+                return
+            self.backoff = 0.0
+            try:
+                sock.setblocking(False)
+                self.selector.register(sock, selectors.EVENT_READ)
+            except (OSError, ValueError):  # out of memory for epoll: like out of descriptors
+                sock.close()
+                self._pause()
+                return
+            waiting = _Waiting(address, time.monotonic())
+            self.by_accept[sock] = waiting
+            self.by_quiet[sock] = waiting
+            # Above the cap: the connection accepted first that is still sending its head makes room.
+            self._drop_oldest()
+
+    def _read(self, sock):
+        waiting = self.by_accept.get(sock)
+        if waiting is None:
+            return
+        try:
+            data = sock.recv(4096)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._drop(sock)
+            return
+        waiting.head += data
+        waiting.heard = time.monotonic()
+        self.by_quiet.move_to_end(sock)
+        end = _head_end(waiting.head)
+        if end < 0 and len(waiting.head) <= MAX_HEAD_BYTES:
+            return
+        if end < 0 or end > MAX_HEAD_BYTES:
+            self._drop(
+                sock, b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            )
+            return
+        self._forget(sock)
+        with self.lock:
+            self.busy += 1
+        try:
+            threading.Thread(target=self._answer, args=(sock, waiting.address, waiting.head[:end]), daemon=True).start()
+        except RuntimeError:  # no thread to be had: the peer retries
+            with self.lock:
+                self.busy -= 1
+            self._drop(sock)
+            self._pause()
+
+    def _answer(self, sock, address, head):
+        try:
+            sock.settimeout(WRITE_STALL)
+            self.handler(sock, address, head)
+        # A client gone, stalled or sending garbage ends its own connection only.
+        except Exception:  # nosec B110
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                sock.close()
+            with self.lock:
+                self.busy -= 1
 
 
 class Counter:
@@ -435,25 +747,27 @@ def _starttime(pid):
 
 
 def _bind(bind, port):
+    """A listening TCP socket on ``bind:port``."""
     family = socket.AF_INET6 if ":" in bind else socket.AF_INET
     try:
-        server = type("PeerServer", (_Server,), {"address_family": family})((bind, port), None, False)
+        listener = socket.socket(family, socket.SOCK_STREAM)
     except OSError as exc:
         raise PeerError(f"cannot open a socket for {bind}: {exc.strerror or exc}") from None
     try:
-        server.server_bind()
-        server.server_activate()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((bind, port))
+        listener.listen(LISTEN_BACKLOG)
     except OSError as exc:
-        server.server_close()
+        listener.close()
         if exc.errno == errno.EADDRNOTAVAIL:
             raise PeerError(
                 f"cannot bind {bind}: not an address of this host; set the fleet address to one it has"
             ) from None
         raise PeerError(f"cannot listen on {bind}:{port}: {exc.strerror or exc}; pick another port or 0") from None
     except BaseException:
-        server.server_close()
+        listener.close()
         raise
-    return server
+    return listener
 
 
 def start_server(
@@ -469,7 +783,7 @@ def start_server(
         run_fd = _open_run_dir(run_dir, create=True)
         server = _bind(bind, port)
         token = secrets.token_hex(16)
-        real_port = server.server_address[1]
+        real_port = server.getsockname()[1]
         host = f"[{bind}]" if ":" in bind else bind
         state = {
             "path": cat.directory,
@@ -497,7 +811,7 @@ def start_server(
                     os.dup2(null, fd)
                 # Keep only the socket and the two directory descriptors: the caller's pipes must close.
                 low = 3
-                for keep in sorted({server.socket.fileno(), cat.fd, run_fd}):
+                for keep in sorted({server.fileno(), cat.fd, run_fd}):
                     os.closerange(low, keep)
                     low = keep + 1
                 os.closerange(low, 65536)
@@ -518,7 +832,7 @@ def start_server(
         return state
     finally:
         if server is not None:
-            server.socket.close()
+            server.close()
         if run_fd is not None:
             os.close(run_fd)
         cat.close()
@@ -528,12 +842,9 @@ def _serve_until(server, cat, token, run_fd, name, ttl):  # pragma: no cover - d
     counter = Counter(run_fd, name)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    server.RequestHandlerClass = make_handler(cat.fd, token, cat.files, counter)
-    server.timeout = 0.5
-    deadline = time.monotonic() + ttl
-    while not stop.is_set() and time.monotonic() < deadline:
-        server.handle_request()
-    server.server_close()
+    gate = Gate(server, make_handler(cat.fd, token, cat.files, counter))
+    gate.run(stop, time.monotonic() + ttl)
+    server.close()
     counter.flush("stopped")
 
 

@@ -21,7 +21,13 @@ the token goes in the ``x-amz-security-token`` header, which is signed with the 
 is ever made. Credentials are only ever used to compute signatures and fill that header: they never
 appear in an exception message, a URL or a log line (``S3Error`` messages name the method, endpoint,
 bucket and key, the HTTP status and the server's error code). Every public method raises ``S3Error`` on
-failure.
+failure: an HTTP error, and a network or protocol error (not HTTP, a reset, a TLS error, a stall) alike.
+
+Endpoints may be hostile (module_utils._net holds the shared bounds): every request goes to the endpoint's origin
+only (no redirect is ever followed, so signatures and the token stay there); each has a stall limit (``timeout``)
+and an overall limit (``total``, more for an object by its size); a GET copies exactly the object's bytes; answers
+are capped (a listing page at net.MAX_XML_BYTES, an error document at net.MAX_ERROR_BYTES, a listing at
+net.MAX_LISTED_FILES objects); XML holding a DTD is refused; text from the endpoint is made printable.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ import time
 import urllib.parse
 import xml.etree.ElementTree as ET
 
+from ansible_collections.ttfleet.inference.plugins.module_utils import _net as net
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
     SafeFileError,
     open_path,
@@ -52,7 +59,22 @@ MIN_PART_SIZE = 5 << 20
 MAX_PARTS = 10000
 DEFAULT_PART_SIZE = 64 << 20
 ATTEMPTS = 3
-_RETRYABLE = (http.client.HTTPException, ConnectionError, TimeoutError, socket.timeout, ssl.SSLError, OSError)
+# The overall limit of a request whose answer is small (HEAD, a listing page, a manifest, an upload's answer), and
+# the floor of a transfer's limit (which grows by a second per MiB: net.Deadline.for_size). The stall limit is the
+# client's ``timeout``.
+REQUEST_TOTAL = 300.0
+# ListObjectsV2 pages of one listing: with 1000 keys a page, far more than MAX_LISTED_FILES needs.
+MAX_LIST_PAGES = 10000
+_RETRYABLE = (
+    http.client.HTTPException,
+    ConnectionError,
+    TimeoutError,
+    socket.timeout,
+    ssl.SSLError,
+    OSError,
+    ValueError,
+    net.NetError,
+)
 _ACCESS_KEY_RE = re.compile(r"[!-~]+")
 # What S3 and STS answer for a token that is malformed, expired or from another session.
 _TOKEN_CODES = ("InvalidToken", "ExpiredToken", "TokenRefreshRequired", "ExpiredTokenException")
@@ -149,12 +171,25 @@ def _text(elem, name, default=None):
     return default
 
 
+def _no_dtd(body):
+    """Whether ``body`` is free of a document type declaration: S3 answers never hold one, and refusing it keeps
+    entity expansion (billion laughs) out whatever expat's own limit (>= 2.4.1) is."""
+    return b"<!DOCTYPE" not in body and b"<!ENTITY" not in body
+
+
+def _parse(body):
+    """The root element of ``body``; ET.ParseError when it is not XML or holds a DTD."""
+    if not _no_dtd(body):
+        raise ET.ParseError("a document type declaration (S3 answers never hold one)")
+    # Accepted bandit B314: no DTD reaches the parser (refused above), so no entity is expanded; ElementTree
+    # resolves no external entity anyway, and expat >= 2.4.1 caps amplification.
+    return ET.fromstring(body)  # nosec B314
+
+
 def parse_error(body):
     """``(code, message)`` from an S3 ``<Error>`` body; ``(None, None)`` when it is not one."""
     try:
-        # Accepted bandit B314: ElementTree resolves no external entity or DTD, and the expat of every target
-        # OS (>= 2.4.1) caps entity amplification.
-        root = ET.fromstring(body)  # nosec B314
+        root = _parse(body)
     except ET.ParseError:
         return None, None
     if _strip_ns(root.tag) != "Error":
@@ -162,28 +197,48 @@ def parse_error(body):
     return _text(root, "Code"), _text(root, "Message")
 
 
-def parse_list(body):
-    """``(objects, next_token)`` of one ListObjectsV2 page."""
+def parse_list(body, limit=None):
+    """``(objects, next_token)`` of one ListObjectsV2 page; more than ``limit`` objects is refused.
+
+    The page is parsed as a stream and each ``<Contents>`` dropped once read, so memory follows the objects kept,
+    not the elements of the page."""
+    if not _no_dtd(body):
+        raise S3Error("the server sent a ListObjectsV2 answer with a document type declaration; refused")
+    # Accepted bandit B314 (XMLPullParser): no DTD reaches it (refused above); no external entities.
+    parser = ET.XMLPullParser(events=("start", "end"))  # nosec B314
+    objects, fields, root, depth = [], {}, None, 0
     try:
-        # Accepted bandit B314: as in _error (no external entities; expat >= 2.4.1).
-        root = ET.fromstring(body)  # nosec B314
+        for offset in range(0, len(body), 1 << 16):
+            parser.feed(body[offset : offset + (1 << 16)])
+            for event, elem in parser.read_events():
+                if event == "start":
+                    root = elem if root is None else root
+                    depth += 1
+                    continue
+                depth -= 1
+                if depth != 1:
+                    continue
+                name = _strip_ns(elem.tag)
+                if name == "Contents":
+                    size = _text(elem, "Size", "0")
+                    objects.append(
+                        {
+                            "key": _text(elem, "Key"),
+                            "size": int(size) if size.isdigit() else 0,
+                            "etag": (_text(elem, "ETag") or "").strip('"'),
+                            "last_modified": _text(elem, "LastModified"),
+                        }
+                    )
+                    if limit is not None and len(objects) > limit:
+                        raise S3Error(f"the listing holds more than {net.MAX_LISTED_FILES} objects; refused")
+                elif name in ("IsTruncated", "NextContinuationToken"):
+                    fields[name] = elem.text or ""
+                root.remove(elem)
+        parser.close()
     except ET.ParseError as exc:
         raise S3Error(f"the server sent a ListObjectsV2 answer that is not XML ({exc})") from None
-    objects = []
-    for child in root:
-        if _strip_ns(child.tag) != "Contents":
-            continue
-        size = _text(child, "Size", "0")
-        objects.append(
-            {
-                "key": _text(child, "Key"),
-                "size": int(size) if size.isdigit() else 0,
-                "etag": (_text(child, "ETag") or "").strip('"'),
-                "last_modified": _text(child, "LastModified"),
-            }
-        )
-    truncated = (_text(root, "IsTruncated") or "false").lower() == "true"
-    token = _text(root, "NextContinuationToken") if truncated else None
+    truncated = (fields.get("IsTruncated") or "false").lower() == "true"
+    token = fields.get("NextContinuationToken") if truncated else None
     if truncated and not token:
         raise S3Error("the server sent a truncated ListObjectsV2 page without NextContinuationToken")
     return objects, token
@@ -236,6 +291,20 @@ def _open_write(path, keep):
     return os.fdopen(fd, "r+b")
 
 
+class _Counted:
+    """A response whose bytes read are counted (was a refused answer too long, or did the network fail?)."""
+
+    def __init__(self, resp):
+        self.resp = resp
+        self.headers = resp.headers
+        self.count = 0
+
+    def read(self, size=-1):
+        data = self.resp.read(size)
+        self.count += len(data)
+        return data
+
+
 # ---------------------------------------------------------------------------
 # The client
 
@@ -247,6 +316,10 @@ class S3Client:
     S3-compatible servers expect). ``ca_bundle``: a PEM file of the CAs to trust instead of the system's;
     ``verify=False`` turns TLS verification off (lab only). ``session_token`` (of temporary STS credentials)
     is sent as ``x-amz-security-token``, a signed header of every request.
+    ``timeout`` is the stall limit (seconds without a byte); ``total`` the overall limit of a small request
+    (retries included) and the floor of a transfer's, which grows with its size (module_utils._net.Deadline).
+    Every request goes to the endpoint's origin only: redirects are never followed, so the signature and the
+    session token reach no other host.
     ``clock`` returns a UTC ``datetime`` (tests pin it).
     """
 
@@ -261,6 +334,7 @@ class S3Client:
         verify=True,
         timeout=60,
         clock=None,
+        total=REQUEST_TOTAL,
     ):
         parts = urllib.parse.urlsplit(endpoint or "")
         if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
@@ -295,7 +369,8 @@ class S3Client:
         self._access_key = str(access_key)
         self._secret_key = str(secret_key)
         self._session_token = str(session_token) if session_token else None
-        self.timeout = timeout
+        self.timeout = float(timeout or net.DEFAULT_STALL)
+        self.total = float(total)
         self.clock = clock or (lambda: datetime.datetime.now(datetime.timezone.utc))
         self._context = None
         if self.scheme == "https":
@@ -333,10 +408,24 @@ class S3Client:
             path += "/" + uri_encode(key)
         return path
 
-    def _connection(self):
-        if self.scheme == "https":
-            return http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout, context=self._context)
-        return http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+    def _deadline(self, size=None):
+        """The limits of one request: ``total`` for a small one, more for a transfer of ``size`` bytes."""
+        if size is None:
+            return net.Deadline(total=self.total, stall=self.timeout, what="the answer")
+        return net.Deadline.for_size(size, stall=self.timeout, what="the transfer", floor=self.total)
+
+    def _connection(self, deadline):
+        """A connection to the endpoint's origin (and only there), bounded by ``deadline``."""
+        return net.connection(self.scheme, self.host, self.port, deadline, context=self._context)
+
+    def _failure(self, method, bucket, key, exc, deadline, after=""):
+        """The S3Error of a request that broke: refused, reset, stalled, past its limit or not HTTP."""
+        desc = self._describe(method, bucket, key)
+        if deadline.expired or deadline.remaining() <= 0:
+            text = f"{desc} did not finish within its {deadline.total:.0f} s limit{after}; the endpoint is too slow"
+        else:
+            text = f"{desc} failed{after}: {net.describe(exc, deadline, self.endpoint)}"
+        return S3Error(self.scrub(text))
 
     def _signed_headers(self, method, path, query, headers, payload_hash):
         now = self.clock().astimezone(datetime.timezone.utc)
@@ -358,7 +447,7 @@ class S3Client:
 
     def _describe(self, method, bucket, key):
         where = f"s3://{bucket}/{key}" if key else f"s3://{bucket}"
-        return f"S3 {method} {where} at {self.endpoint}"
+        return f"S3 {method} {net.printable(where, 300)} at {self.endpoint}"
 
     def _raise_for(self, resp, body, method, bucket, key):
         code, message = parse_error(body) if body else (None, None)
@@ -368,7 +457,7 @@ class S3Client:
                 "the session token is malformed, expired or from another session; get new temporary credentials and "
                 "set the access key, secret key and session token of that one session together"
             )
-        elif code in _REGION_CODES or status in (301, 307):
+        elif code in _REGION_CODES or 300 <= status < 400:
             where = resp.getheader("x-amz-bucket-region")
             fix = (
                 f"the bucket is in region {where}: set s3_region to it and use that region's endpoint"
@@ -395,50 +484,109 @@ class S3Client:
             fix += (
                 "; with temporary credentials, check that the session token belongs to these keys and has not expired"
             )
-        why = f" {code}" if code else ""
-        text = f": {message}" if message else ""
+        why = f" {net.printable(code, 64)}" if code else ""
+        text = f": {net.printable(message, 300)}" if message else ""
         raise S3Error(
             self.scrub(f"{self._describe(method, bucket, key)} answered HTTP {status}{why}{text}; {fix}"), status, code
         )
 
-    def request(self, method, bucket, key=None, query=None, headers=None, body=b"", payload_hash=None, expect=(200,)):
+    def request(
+        self,
+        method,
+        bucket,
+        key=None,
+        query=None,
+        headers=None,
+        body=b"",
+        payload_hash=None,
+        expect=(200,),
+        limit=net.MAX_XML_BYTES,
+    ):
         """Send one signed request and read the whole answer: ``(status, headers, body bytes)``.
 
         ``body`` is bytes (hashed for the signature) or a binary file object with ``payload_hash``
-        given and a ``Content-Length`` header. Answers outside ``expect`` raise S3Error; idempotent
-        requests with bytes bodies are retried on network errors and HTTP 5xx.
+        given and a ``Content-Length`` header. Answers outside ``expect`` raise S3Error (their body read up to
+        net.MAX_ERROR_BYTES); an answer longer than ``limit`` bytes is refused. Idempotent requests with bytes
+        bodies are retried on network errors and HTTP 5xx, all within one deadline: the client's ``total``, plus a
+        second per MiB of the body sent.
         """
         path = self._path(bucket, key)
+        bytes_body = isinstance(body, (bytes, bytearray))
         if payload_hash is None:
-            payload_hash = (
-                hashlib.sha256(body or b"").hexdigest() if isinstance(body, (bytes, bytearray)) else UNSIGNED_PAYLOAD
-            )
-        retry = isinstance(body, (bytes, bytearray))
-        for attempt in range(ATTEMPTS if retry else 1):
-            conn = self._connection()
+            payload_hash = hashlib.sha256(body or b"").hexdigest() if bytes_body else UNSIGNED_PAYLOAD
+        sent = len(body) if bytes_body else int(str((headers or {}).get("Content-Length") or 0))
+        deadline = self._deadline(sent or None)
+        attempts = ATTEMPTS if bytes_body else 1
+        url = path + (("?" + canonical_query(query)) if query else "")
+        for attempt in range(attempts):
+            last = attempt + 1 == attempts
+            conn = resp = None
             try:
-                url = path + (("?" + canonical_query(query)) if query else "")
+                conn = self._connection(deadline)
                 send = self._signed_headers(method, path, query, headers, payload_hash)
-                if isinstance(body, (bytes, bytearray)) and method in ("PUT", "POST"):
+                if bytes_body and method in ("PUT", "POST"):
                     send["Content-Length"] = str(len(body))
                 conn.request(method, url, body=body if body else None, headers=send)
                 resp = conn.getresponse()
-                data = resp.read()
-                if resp.status >= 500 and retry and attempt + 1 < ATTEMPTS:
-                    time.sleep(0.5 * (attempt + 1))
+                if resp.status >= 500 and not last:
+                    self._pause(attempt, deadline)
                     continue
                 if resp.status not in expect:
-                    self._raise_for(resp, data, method, bucket, key)
+                    self._raise_for(resp, self._error_body(resp, deadline), method, bucket, key)
+                data = b"" if method == "HEAD" else self._read_answer(resp, limit, method, bucket, key, deadline)
                 return resp.status, {k.lower(): v for k, v in resp.getheaders()}, data
             except S3Error:
                 raise
             except _RETRYABLE as exc:
-                if not retry or attempt + 1 == ATTEMPTS:
-                    raise S3Error(self.scrub(f"{self._describe(method, bucket, key)} failed: {exc}")) from None
-                time.sleep(0.5 * (attempt + 1))
+                if last or deadline.expired or deadline.remaining() <= 0:
+                    raise self._failure(method, bucket, key, exc, deadline) from None
+                self._pause(attempt, deadline)
             finally:
-                conn.close()
+                # The response holds the watchdog of the deadline once the headers are in: close both.
+                if resp is not None:
+                    resp.close()
+                if conn is not None:
+                    conn.close()
         raise S3Error(f"{self._describe(method, bucket, key)} did not finish")  # pragma: no cover
+
+    @staticmethod
+    def _pause(attempt, deadline):
+        time.sleep(max(0.0, min(0.5 * (attempt + 1), deadline.remaining())))
+
+    @staticmethod
+    def _error_body(resp, deadline):
+        """The start of an error answer (at most net.MAX_ERROR_BYTES), for its code and message; what cannot be
+        read is left out."""
+        chunks, total = [], 0
+        try:
+            while total < net.MAX_ERROR_BYTES:
+                data = resp.read(min(1 << 16, net.MAX_ERROR_BYTES - total))
+                if not data:
+                    break
+                chunks.append(data)
+                total += len(data)
+                deadline.check()
+        except (net.NetError, http.client.HTTPException, OSError, ValueError):
+            pass
+        return b"".join(chunks)
+
+    def _read_answer(self, resp, limit, method, bucket, key, deadline):
+        """The body of an expected answer, refused past ``limit`` bytes (a network error is raised as it is)."""
+        declared = net.content_length(resp)
+        too_large = S3Error(
+            f"{self._describe(method, bucket, key)} answered with more than the {limit} bytes such an answer may "
+            "hold; refused",
+            resp.status,
+        )
+        if declared is not None and declared > limit:
+            raise too_large
+        counted = _Counted(resp)
+        try:
+            return net.read_capped(counted, limit, "the answer", self.endpoint, deadline)
+        except net.NetError:
+            if counted.count > limit:
+                raise too_large from None
+            raise
 
     # -- objects -----------------------------------------------------------
 
@@ -447,106 +595,149 @@ class S3Client:
         status, headers, _body = self.request("HEAD", bucket, key, expect=(200, 404))
         if status == 404:
             return None
+        size = headers.get("content-length", "").strip()
+        if not size.isdigit():
+            raise S3Error(f"{self._describe('HEAD', bucket, key)} answered without a usable Content-Length")
         return {
-            "size": int(headers.get("content-length", "0")),
+            "size": int(size),
             "etag": headers.get("etag", "").strip('"'),
             "last_modified": headers.get("last-modified"),
             "metadata": {k[len("x-amz-meta-") :]: v for k, v in headers.items() if k.startswith("x-amz-meta-")},
         }
 
-    def open_object(self, bucket, key, offset=0):
-        """Start a GET (with ``Range: bytes=offset-`` when offset > 0) and return ``(response, start)``.
+    def open_object(self, bucket, key, offset=0, size=None):
+        """Start a GET (with ``Range: bytes=offset-`` when offset > 0) of an object of ``size`` bytes and return
+        ``(response, start)``; without ``size`` a HEAD asks for it first.
 
         ``start`` is where the body begins: ``offset`` when the server honoured the range (206), 0 when
-        it sent the whole object (200). The caller reads ``response`` in blocks and must close it.
+        it sent the whole object (200). An answer that declares another length than ``size - start`` is refused.
+        The response carries ``ttfleet_expected`` (the bytes its body must hold: read exactly those, with
+        module_utils._net.copy_capped), ``ttfleet_deadline`` (the transfer's limits, sized by the object: the
+        connection is shut when it passes) and ``connection_to_close``. The caller must close both.
         An offset equal to the object's size answers 416: the caller should check the size first.
         """
+        desc = self._describe("GET", bucket, key)
+        if size is None:
+            info = self.head_object(bucket, key)
+            if info is None:
+                raise S3Error(f"{desc} answered HTTP 404 NoSuchKey; check the key and the prefix", 404, "NoSuchKey")
+            size = info["size"]
+        size = int(size)
         path = self._path(bucket, key)
         headers = {"Range": f"bytes={offset}-"} if offset else {}
-        conn = self._connection()
+        deadline = self._deadline(max(0, size - offset))
+        conn = None
         try:
+            conn = self._connection(deadline)
             send = self._signed_headers("GET", path, None, headers, EMPTY_SHA256)
             conn.request("GET", path, headers=send)
             resp = conn.getresponse()
         except _RETRYABLE as exc:
-            conn.close()
-            raise S3Error(self.scrub(f"{self._describe('GET', bucket, key)} failed: {exc}")) from None
-        if resp.status not in (200, 206):
-            body = resp.read()
-            conn.close()
-            self._raise_for(resp, body, "GET", bucket, key)
-        start = 0
-        if resp.status == 206:
-            start = content_range_start(resp.getheader("Content-Range"))
-            if start is None:
+            if conn is not None:
                 conn.close()
+            raise self._failure("GET", bucket, key, exc, deadline) from None
+        try:
+            if resp.status not in (200, 206):
+                self._raise_for(resp, self._error_body(resp, deadline), "GET", bucket, key)
+            start = 0
+            if resp.status == 206:
+                content_range = resp.getheader("Content-Range")
+                start = content_range_start(content_range)
+                if start is None:
+                    raise S3Error(f"{desc} sent a partial answer without a usable Content-Range")
+                complete = content_range.rsplit("/", 1)[1].strip()
+                if complete != "*" and int(complete) != size:
+                    raise S3Error(f"{desc} says the object is {complete} bytes, not the {size} expected; refused")
+            expected = size - start
+            declared = net.content_length(resp)
+            if expected < 0 or (declared is not None and declared != expected):
                 raise S3Error(
-                    f"{self._describe('GET', bucket, key)} sent a partial answer without a usable Content-Range"
+                    f"{desc} sends {declared} bytes from byte {start} of an object of {size} bytes "
+                    f"({max(expected, 0)} expected); refused"
                 )
+        except BaseException:
+            resp.close()
+            conn.close()
+            raise
         resp.connection_to_close = conn
+        resp.ttfleet_deadline = deadline
+        resp.ttfleet_expected = expected
         return resp, start
 
-    def get_object(self, bucket, key, dest_path, offset=0, callback=None, digest=None):
-        """Stream an object into ``dest_path``, resuming at ``offset`` (bytes already in the file).
+    def get_object(self, bucket, key, dest_path, offset=0, callback=None, digest=None, size=None):
+        """Stream an object of ``size`` bytes (None: ask with a HEAD) into ``dest_path``, resuming at ``offset``
+        (bytes already in the file).
 
         The file is truncated to where the body starts (0 when the server ignores the range), then
-        written in 1 MiB blocks and fsynced. ``callback(nbytes)`` is called per block; ``digest`` (a
+        written in 1 MiB blocks and fsynced: exactly the bytes the object lacks, never one more (a longer body
+        fails before its extra bytes are written). ``callback(nbytes)`` is called per block; ``digest`` (a
         hashlib object already fed with the first ``offset`` bytes) is updated with each block, and must
         be reset by the caller when the returned ``start`` is 0 but ``offset`` was not.
         Returns ``{"start", "written", "size"}`` (``size`` = final file size).
         """
-        resp, start = self.open_object(bucket, key, offset)
-        written = 0
+        resp, start = self.open_object(bucket, key, offset, size)
+        expected, deadline = resp.ttfleet_expected, resp.ttfleet_deadline
+        state = {"written": 0}
         try:
             with _open_write(dest_path, keep=bool(start)) as handle:
                 handle.seek(start)
                 handle.truncate()
-                while True:
-                    try:
-                        block = resp.read(NET_CHUNK)
-                    except _RETRYABLE as exc:
-                        handle.flush()
-                        raise S3Error(
-                            self.scrub(
-                                f"{self._describe('GET', bucket, key)} broke off after {start + written} bytes: {exc}"
-                            )
-                        ) from None
-                    if not block:
-                        break
+
+                def write(block):
                     handle.write(block)
-                    written += len(block)
+                    state["written"] += len(block)
                     if digest is not None:
                         digest.update(block)
                     if callback is not None:
                         callback(len(block))
+
+                try:
+                    net.copy_capped(resp, write, expected, "the object", self.endpoint, deadline)
+                except net.NetError as exc:
+                    handle.flush()
+                    after = f" after {start + state['written']} bytes"
+                    raise self._failure("GET", bucket, key, exc, deadline, after) from None
                 handle.flush()
                 os.fsync(handle.fileno())
-                size = handle.tell()
+                final = handle.tell()
         finally:
             resp.close()
             resp.connection_to_close.close()
-        expected = resp.getheader("Content-Length")
-        if expected is not None and expected.isdigit() and int(expected) != written:
+        if state["written"] != expected:
             raise S3Error(
-                f"{self._describe('GET', bucket, key)} sent {written} of {expected} bytes; run again to resume"
+                f"{self._describe('GET', bucket, key)} sent {state['written']} of {expected} bytes; run again to resume"
             )
-        return {"start": start, "written": written, "size": size}
+        return {"start": start, "written": state["written"], "size": final}
 
     def list_objects(self, bucket, prefix="", page_size=1000):
-        """Yield ``{"key", "size", "etag", "last_modified"}`` per object under ``prefix`` (ListObjectsV2, all pages)."""
-        token = None
-        for _page in range(1000000):
+        """Yield ``{"key", "size", "etag", "last_modified"}`` per object under ``prefix`` (ListObjectsV2, all pages).
+
+        Each page is read up to net.MAX_XML_BYTES; a listing of more than net.MAX_LISTED_FILES objects, of more than
+        MAX_LIST_PAGES pages, or one whose continuation token comes back, is refused."""
+        token, seen, tokens = None, 0, set()
+        for _page in range(MAX_LIST_PAGES):
             query = {"list-type": "2", "max-keys": str(page_size)}
             if prefix:
                 query["prefix"] = prefix
             if token:
                 query["continuation-token"] = token
-            _status, _headers, body = self.request("GET", bucket, None, query=query)
-            objects, token = parse_list(body)
+            _status, _headers, body = self.request("GET", bucket, None, query=query, limit=net.MAX_XML_BYTES)
+            try:
+                objects, token = parse_list(body, net.MAX_LISTED_FILES - seen)
+            except S3Error as exc:
+                raise S3Error(f"{self._describe('GET', bucket, prefix)}: {exc}") from None
+            seen += len(objects)
             yield from objects
             if not token:
                 return
-        raise S3Error(f"{self._describe('GET', bucket, prefix)} listed too many pages")  # pragma: no cover
+            mark = hashlib.sha256(token.encode("utf-8", "replace")).digest()
+            if len(token) > 4096 or mark in tokens:
+                raise S3Error(
+                    f"{self._describe('GET', bucket, prefix)}: the server sent a continuation token that is too long "
+                    "or came back; the listing is refused"
+                )
+            tokens.add(mark)
+        raise S3Error(f"{self._describe('GET', bucket, prefix)} listed more than {MAX_LIST_PAGES} pages; refused")
 
     def put_object(self, bucket, key, data, content_type="application/octet-stream", metadata=None):
         """Upload ``data`` (bytes, the path of a file or an open descriptor) in one PUT; returns the ETag.
@@ -593,8 +784,7 @@ class S3Client:
         """Start a multipart upload; returns its UploadId."""
         _s, _h, body = self.request("POST", bucket, key, query={"uploads": ""}, headers={"Content-Type": content_type})
         try:
-            # Accepted bandit B314: as in _error (no external entities; expat >= 2.4.1).
-            upload_id = _text(ET.fromstring(body), "UploadId")  # nosec B314
+            upload_id = _text(_parse(body), "UploadId")
         except ET.ParseError:
             upload_id = None
         if not upload_id:
@@ -626,8 +816,7 @@ class S3Client:
                 f"{self._describe('POST', bucket, key)} could not complete the upload: {code} {message}", 200, code
             )
         try:
-            # Accepted bandit B314: as in _error (no external entities; expat >= 2.4.1).
-            return (_text(ET.fromstring(answer), "ETag") or "").strip('"')  # nosec B314
+            return (_text(_parse(answer), "ETag") or "").strip('"')
         except ET.ParseError:
             return ""
 

@@ -9,14 +9,14 @@ volume (alias or directory, weights manifest, kernel cache meshes). Nothing here
 
 from __future__ import annotations
 
+import http.client
 import os
 import stat
 import subprocess
 import time
-import urllib.error
+import urllib.parse
 
-from ansible.module_utils.urls import open_url
-
+from ansible_collections.ttfleet.inference.plugins.module_utils import _net
 from ansible_collections.ttfleet.inference.plugins.module_utils._reuse import read_record
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import SafeFileError, open_dir, read_json
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import volume_contents
@@ -45,9 +45,9 @@ def read_state_files(state_dir):
             try:
                 entry["data"] = read_json(dirfd, name, _STATE_MAX_BYTES, where=state_dir, missing={})
             except SafeFileError as exc:
-                entry["error"] = exc.reason
+                entry["error"] = _net.printable(exc.reason, 300)
             except OSError as exc:
-                entry["error"] = str(exc)
+                entry["error"] = _net.printable(exc, 300)
             found.append(entry)
     finally:
         os.close(dirfd)
@@ -75,9 +75,9 @@ def unit_state(unit, runner=subprocess.run):
             check=False,
         )
     except (OSError, subprocess.SubprocessError) as exc:
-        return {"unit": unit, "available": False, "error": str(exc)}
+        return {"unit": unit, "available": False, "error": _net.printable(exc, 300)}
     if proc.returncode != 0:
-        return {"unit": unit, "available": False, "error": (proc.stderr or "").strip()[-300:]}
+        return {"unit": unit, "available": False, "error": _net.printable((proc.stderr or "").strip()[-300:], 300)}
     props = parse_systemctl_show(proc.stdout)
     try:
         restarts = int(props.get("NRestarts", "0") or 0)
@@ -108,32 +108,47 @@ def health_url(data):
     return None
 
 
-def probe(url, timeout, opener=open_url):
-    """GET url: ``healthy`` on 200, else ``unhealthy`` (another status) or ``unreachable``."""
+def _probe_result(url, status, code, started, error=None):
+    return {
+        "url": url,
+        "status": status,
+        "code": code,
+        "seconds": round(time.monotonic() - started, 3),
+        "error": None if error is None else _net.printable(error, 300),
+    }
+
+
+def probe(url, timeout):
+    """GET url within ``timeout`` seconds in all: ``healthy`` on a whole 200 answer, ``unreachable`` when the port
+    takes no connection, else ``unhealthy`` (another status, a redirect, a line that is not HTTP, a body that ends
+    early or passes MAX_HEALTH_BYTES, a stall): one instance's broken port never fails the host's report.
+
+    No credential is sent and redirects are not followed: the probe talks to the instance's own port only."""
     if not url:
         return {"url": None, "status": "unknown", "code": None, "seconds": None, "error": "no port in the state file"}
     started = time.monotonic()
+    deadline = _net.Deadline(total=timeout, stall=min(float(timeout), _net.DEFAULT_STALL), what="the /health probe")
+    parts = urllib.parse.urlsplit(url)
+    scheme, host, port = _net.origin(url)
+    path = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
     try:
-        with opener(url, method="GET", timeout=timeout) as response:
-            code = response.getcode()
-    except urllib.error.HTTPError as exc:
-        code = exc.code
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        return {
-            "url": url,
-            "status": "unreachable",
-            "code": None,
-            "seconds": round(time.monotonic() - started, 3),
-            "error": str(reason)[:300],
-        }
-    return {
-        "url": url,
-        "status": "healthy" if code == 200 else "unhealthy",
-        "code": code,
-        "seconds": round(time.monotonic() - started, 3),
-        "error": None,
-    }
+        conn = _net.connection(scheme, host, port, deadline)
+        conn.connect()
+    except (_net.NetError, OSError, ValueError, http.client.HTTPException) as exc:
+        return _probe_result(url, "unreachable", None, started, str(_net.describe(exc, deadline, url)))
+    code = response = None
+    try:
+        conn.request("GET", path, headers={"Accept-Encoding": "identity"})
+        response = conn.getresponse()
+        code = response.status
+        _net.read_capped(response, _net.MAX_HEALTH_BYTES, "the /health answer", url, deadline)
+    except (_net.NetError, OSError, ValueError, http.client.HTTPException) as exc:
+        return _probe_result(url, "unhealthy", code, started, str(_net.describe(exc, deadline, url)))
+    finally:
+        if response is not None:
+            response.close()
+        conn.close()
+    return _probe_result(url, "healthy" if code == 200 else "unhealthy", code, started)
 
 
 def describe_expected(path, model_name):
@@ -213,7 +228,7 @@ def current_release(releases_root):
     return result
 
 
-def instance_report(entry, timeout, runner=subprocess.run, opener=open_url):
+def instance_report(entry, timeout, runner=subprocess.run):
     """One instance: its recorded configuration, its unit, its health and its volume."""
     data = entry["data"]
     instance = entry["instance"]
@@ -235,7 +250,7 @@ def instance_report(entry, timeout, runner=subprocess.run, opener=open_url):
         "release": data.get("ttis_release") or data.get("release"),
         "unit": unit_state(unit, runner=runner),
     }
-    report["health"] = probe(health_url(data), timeout, opener=opener)
+    report["health"] = probe(health_url(data), timeout)
     expected = data.get("volume_path") or data.get("expected_volume") or data.get("volume")
     report["volume"] = describe_expected(expected if isinstance(expected, str) else None, model)
     report["healthy"] = (
@@ -246,8 +261,8 @@ def instance_report(entry, timeout, runner=subprocess.run, opener=open_url):
     return report
 
 
-def host_report(state_dir, releases_root, timeout=5.0, runner=subprocess.run, opener=open_url):
-    instances = [instance_report(entry, timeout, runner, opener) for entry in read_state_files(state_dir)]
+def host_report(state_dir, releases_root, timeout=5.0, runner=subprocess.run):
+    instances = [instance_report(entry, timeout, runner) for entry in read_state_files(state_dir)]
     releases = current_release(releases_root)
     return {
         "release": releases["current"],
@@ -259,16 +274,30 @@ def host_report(state_dir, releases_root, timeout=5.0, runner=subprocess.run, op
 
 
 def _cell(value):
+    """One cell of the table, terminal-safe: the rows come from the hosts, whose answers are not trusted."""
     if value is None or value == "":
         return "-"
-    return str(value)
+    return _net.printable(value, 200)
+
+
+def _mapping(value):
+    return value if isinstance(value, dict) else {}
+
+
+def _base(path):
+    if not isinstance(path, str):
+        return "" if path is None else str(path)
+    return os.path.basename(path)
 
 
 def status_lines(rows):
-    """A fixed-width table of the fleet report rows: one line per instance, one per host without any."""
+    """A fixed-width table of the fleet report rows: one line per instance, one per host without any. Every cell
+    goes through ``_net.printable``: a state, a name or a path with ESC, OSC, CR, LF or a bidi override reaches the
+    terminal as escapes."""
     header = ("HOST", "DEVICE", "RELEASE", "INSTANCE", "PORT", "UNIT", "HEALTH", "VOLUME")
     table = [header]
     for row in rows or []:
+        row = _mapping(row)
         host = _cell(row.get("host"))
         device = _cell(row.get("device_type"))
         release = _cell(row.get("release"))
@@ -276,15 +305,18 @@ def status_lines(rows):
             table.append((host, device, release, "-", "-", "-", "unreachable", "-"))
             continue
         instances = row.get("instances") or []
+        if not isinstance(instances, list):
+            instances = [{}]
         if not instances:
             table.append((host, device, release, "(none)", "-", "-", "-", "-"))
         for item in instances:
-            volume = item.get("volume") or {}
-            name = os.path.basename(volume.get("path") or "") or "-"
+            item = _mapping(item)
+            volume = _mapping(item.get("volume"))
+            name = _base(volume.get("path") or "") or "-"
             if volume.get("is_alias"):
-                name += " -> " + os.path.basename(volume.get("alias_of") or "?")
+                name += " -> " + (_base(volume.get("alias_of")) or "?")
             elif volume.get("weights_from"):
-                name += " (weights of " + os.path.basename(volume["weights_from"]) + ")"
+                name += " (weights of " + _base(volume["weights_from"]) + ")"
             table.append(
                 (
                     host,
@@ -292,9 +324,9 @@ def status_lines(rows):
                     release,
                     _cell(item.get("instance")),
                     _cell(item.get("port")),
-                    _cell((item.get("unit") or {}).get("active_state")),
-                    _cell((item.get("health") or {}).get("status")),
-                    name,
+                    _cell(_mapping(item.get("unit")).get("active_state")),
+                    _cell(_mapping(item.get("health")).get("status")),
+                    _cell(name),
                 )
             )
     widths = [max(len(line[i]) for line in table) for i in range(len(header))]

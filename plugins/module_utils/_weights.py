@@ -33,9 +33,9 @@ import stat
 import time
 import urllib.error
 import urllib.parse
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
+from ansible_collections.ttfleet.inference.plugins.module_utils import _net as net
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import (
     S3Client,
     S3Error,
@@ -79,7 +79,6 @@ COMMIT_SOURCES = ("hf", "s3", "peer")
 DEFAULT_IGNORE_PATTERNS = ("original/**",)
 MANIFEST_SCHEMA = 1
 HASH_CHUNK = 8 << 20
-NET_CHUNK = 1 << 20
 # Weights are root's and read-only to the serving container: files 0644 (0755 with an execute bit), dirs 0755.
 FILE_MODE = 0o644
 EXEC_MODE = 0o755
@@ -94,10 +93,36 @@ _SKIPPED_TOP = (STAGING_NAME, ".cache", ".git")
 STATUS_INTERVAL = 2.0
 NET_ATTEMPTS = 3
 _MANIFEST_MAX_BYTES = 64 << 20
+# Network bounds (docs/security.md). The stall limit of every request is the module's ``timeout``.
+# The overall limit of one small request: the revision, one page of the file list, a peer's manifest.
+REQUEST_TOTAL = 300.0
+# The overall limit of a whole listing, every page of the tree API included.
+LISTING_TOTAL = 1800.0
+# The floor of one file's overall limit, which grows by a second per MiB (_net.Deadline.for_size); each of the
+# NET_ATTEMPTS attempts has its own.
+TRANSFER_FLOOR = 300.0
+# Pages of one file list (a Hub page holds up to 1000 entries; net.MAX_LISTED_FILES caps the entries).
+MAX_LIST_PAGES = 10000
+# JSON items (commas and opened objects or arrays) a reply may hold per file it can list: a Hub tree entry of an
+# LFS file has about 10, a manifest entry 3. Counted in the raw bytes before json.loads builds anything.
+JSON_ITEMS_PER_FILE = 16
+MAX_JSON_ITEMS = JSON_ITEMS_PER_FILE * (net.MAX_LISTED_FILES + 1) + 1024
+# A listed path: at most 4096 bytes, each component at most 255 (what Linux filesystems take).
+MAX_PATH_BYTES = 4096
+MAX_NAME_BYTES = 255
+USER_AGENT = "ttfleet.inference/model_weights"
 _SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 _REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 _HEX64_RE = re.compile(r"^[0-9a-f]{64}$")
-_RETRYABLE = (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError, socket.timeout)
+# Failures of one attempt at a file: retried (NET_ATTEMPTS in all), resuming what was verified.
+_RETRYABLE = (
+    net.NetError,
+    urllib.error.URLError,
+    http.client.HTTPException,
+    ConnectionError,
+    TimeoutError,
+    socket.timeout,
+)
 
 
 class WeightsError(Exception):
@@ -153,20 +178,35 @@ def check_repo_id(repo_id):
     return repo_id
 
 
+def _path_bytes(path):
+    try:
+        return [len(part.encode("utf-8")) for part in path.split("/")]
+    except UnicodeError:
+        return None
+
+
 def check_relpath(path, origin):
-    """Refuse a file path from a source that could escape the destination or clash with our own files."""
+    """Refuse a file path from a source that could escape the destination, clash with our own files, not fit a
+    filesystem, or show as something else on a terminal (control characters: ESC, newlines, bidi overrides)."""
     parts = path.split("/") if isinstance(path, str) else []
+    lengths = _path_bytes(path) if parts else None
     if (
         not parts
         or path.startswith("/")
         or "\\" in path
         or "\x00" in path
+        or net.printable(path, limit=len(path)) != path
+        or lengths is None
+        or sum(lengths) + len(lengths) - 1 > MAX_PATH_BYTES
+        or max(lengths) > MAX_NAME_BYTES
         or any(part in ("", ".", "..") for part in parts)
         or parts[0] in (MANIFEST_NAME, STAGING_NAME)
         or path.endswith(PART_SUFFIX)
         or any(part.startswith(TEMP_PREFIX) for part in parts)
     ):
-        raise WeightsError(f"{origin} lists an unusable file path {path!r}; refusing to write it")
+        text = path.encode("utf-8", "backslashreplace").decode("utf-8") if isinstance(path, str) else repr(path)
+        shown = net.printable(text, 200)
+        raise WeightsError(f"{origin} lists an unusable file path '{shown}'; refusing to write it")
     return path
 
 
@@ -268,51 +308,65 @@ def hash_files(requests, workers):
 # Hugging Face Hub protocol
 
 
-class _RedirectHandler(urllib.request.HTTPRedirectHandler):
-    """Follow redirects, but never carry the token to another host (LFS/Xet CDNs use signed URLs)."""
-
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        new = super().redirect_request(req, fp, code, msg, headers, newurl)
-        if new is not None and urllib.parse.urlsplit(newurl).netloc != urllib.parse.urlsplit(req.full_url).netloc:
-            new.remove_header("Authorization")
-        return new
+def _json_items(body):
+    """An upper bound on the values ``json.loads(body)`` builds, from the raw bytes: every value but the first of a
+    container follows a comma, and every container opens with ``{`` or ``[``."""
+    return body.count(b",") + body.count(b"{") + body.count(b"[") + 1
 
 
 class Hub:
     """The three Hub endpoints a snapshot needs.
 
-    The token is sent only once the repository needs it: requests go out anonymously first and a
-    401/403 is retried once with ``Authorization: Bearer``, which is kept from then on.
+    The token is sent only once the repository needs it: requests go out anonymously first and a 401/403 from
+    the configured endpoint's origin is retried once with ``Authorization: Bearer``, which is kept from then on.
+
+    Every request goes through ``_net.open_url``: the token only ever reaches the origin (scheme, host, port)
+    of ``hf_endpoint`` (never a CDN it redirects to, never another page origin, never over http after https),
+    redirects go to http(s) only and at most five times, and each request has a deadline: ``timeout``
+    seconds without a byte (stall) and an overall limit (``REQUEST_TOTAL`` for an answer, a file's growing with
+    its size). Every JSON answer is capped (``_net.MAX_JSON_BYTES``) and a listing holds at most
+    ``_net.MAX_LISTED_FILES`` entries.
     """
 
-    def __init__(self, endpoint=DEFAULT_ENDPOINT, token=None, timeout=60, opener=None):
+    def __init__(self, endpoint=DEFAULT_ENDPOINT, token=None, timeout=60):
         self.endpoint = (endpoint or DEFAULT_ENDPOINT).rstrip("/")
         if not re.match(r"^https?://[^/\s]+", self.endpoint):
             raise WeightsError(
                 f"hf_endpoint {scrub(self.endpoint)!r} is not an http(s) URL; use e.g. https://huggingface.co"
             )
+        self.origin = net.origin(self.endpoint)
         self.token = token or None
         self.use_token = False
-        self.timeout = timeout
-        self.opener = opener or urllib.request.build_opener(_RedirectHandler)
+        self.timeout = float(timeout or net.DEFAULT_STALL)
 
-    def _request(self, url, headers=None):
-        req = urllib.request.Request(url, headers=dict(headers or {}))
-        req.add_header("User-Agent", "ttfleet.inference/model_weights")
-        if self.use_token:
-            req.add_header("Authorization", f"Bearer {self.token}")
-        return req
+    @property
+    def name(self):
+        """The source as messages name it."""
+        return scrub(self.endpoint)
 
-    def open(self, url, what, repo_id, headers=None):
-        """Open ``url``; HTTP errors become WeightsError naming ``what`` and the fix. Never shows the token."""
+    def deadline(self, what, total=None):
+        """The limits of one request: ``timeout`` seconds without a byte, ``total`` (REQUEST_TOTAL) in all."""
+        return net.Deadline(total=REQUEST_TOTAL if total is None else total, stall=self.timeout, what=what)
+
+    def _open_url(self, url, deadline, headers):
+        credentials = {"Authorization": f"Bearer {self.token}"} if self.use_token else None
+        return net.open_url(url, deadline, headers=headers, credentials=credentials, credential_origin=self.origin)
+
+    def open(self, url, what, repo_id, headers=None, deadline=None, size=None):
+        """Open ``url`` within ``deadline``; HTTP errors become WeightsError naming ``what`` and the fix, a
+        connection that fails, stalls, passes its deadline or breaks the protocol a ``_net.NetError``. ``size``
+        (of the whole file) is for sources that need it. Never shows the token."""
+        del size
+        deadline = deadline or self.deadline(what)
+        send = {"User-Agent": USER_AGENT, **(headers or {})}
         try:
             try:
-                return self.opener.open(self._request(url, headers), timeout=self.timeout)
+                return self._open_url(url, deadline, send)
             except urllib.error.HTTPError as exc:
-                if exc.code in (401, 403) and self.token and not self.use_token:
+                if exc.code in (401, 403) and self.token and not self.use_token and net.origin(url) == self.origin:
                     exc.close()
                     self.use_token = True
-                    return self.opener.open(self._request(url, headers), timeout=self.timeout)
+                    return self._open_url(url, deadline, send)
                 raise
         except urllib.error.HTTPError as exc:
             detail = exc.headers.get("X-Error-Message") if exc.headers else None
@@ -320,33 +374,59 @@ class Hub:
             raise WeightsError(scrub(self._http_message(exc.code, detail, what, repo_id), self.token)) from None
 
     def _http_message(self, code, detail, what, repo_id):
-        why = f" ({detail})" if detail else ""
+        why = f" ({net.printable(detail, 300)})" if detail else ""
         if code in (401, 403):
             if self.token:
                 fix = "check that hf_token has access to it (accept the licence on the model page for gated models)"
             else:
                 fix = "set hf_token if it is gated or private, and check repo_id and revision"
             return (
-                f"{self.endpoint} refused {what} of {repo_id} with HTTP {code}{why}: the repository is gated, "
+                f"{self.name} refused {what} of {repo_id} with HTTP {code}{why}: the repository is gated, "
                 f"private or does not exist; {fix}"
             )
         if code == 404:
+            return f"{self.name} has no {what} of {repo_id} (HTTP 404{why}); check repo_id, revision and hf_endpoint"
+        if 300 <= code < 400:
             return (
-                f"{self.endpoint} has no {what} of {repo_id} (HTTP 404{why}); check repo_id, revision and hf_endpoint"
+                f"{self.name} answered {what} of {repo_id} with a redirect that is not followed (HTTP {code}{why}): "
+                f"to another scheme than http or https, more than {net.MAX_REDIRECTS} times, or in a loop; check "
+                "hf_endpoint"
             )
+        return f"{self.name} answered HTTP {code}{why} for {what} of {repo_id}; retry later or use another hf_endpoint"
+
+    def _net_message(self, what, repo_id, exc):
         return (
-            f"{self.endpoint} answered HTTP {code}{why} for {what} of {repo_id}; retry later or use another hf_endpoint"
+            f"{self.name}: {what} of {repo_id} failed: {exc}; check hf_endpoint and the network, or retry later "
+            "(timeout is the stall limit in seconds)"
         )
 
-    def get_json(self, url, what, repo_id):
-        with self.open(url, what, repo_id, {"Accept": "application/json"}) as resp:
-            body = resp.read()
-            link = resp.headers.get("Link", "")
+    def get_json(self, url, what, repo_id, deadline=None, max_items=None):
+        """``(decoded JSON, Link header)`` of ``url``: at most ``_net.MAX_JSON_BYTES`` and ``max_items`` values
+        (counted before decoding), within ``deadline``."""
+        deadline = deadline or self.deadline(what)
+        if max_items is None:
+            max_items = MAX_JSON_ITEMS
         try:
-            return json.loads(body), link
-        except ValueError:
+            with self.open(url, what, repo_id, {"Accept": "application/json"}, deadline=deadline) as resp:
+                body = net.read_capped(resp, net.MAX_JSON_BYTES, what, url, deadline)
+                link = resp.headers.get("Link", "") if resp.headers is not None else ""
+        except _RETRYABLE as exc:
+            error = exc if isinstance(exc, net.NetError) else net.describe(exc, deadline, url)
+            raise WeightsError(scrub(self._net_message(what, repo_id, error), self.token)) from None
+        return self._loads(body, what, repo_id, max_items), link
+
+    def _loads(self, body, what, repo_id, max_items):
+        if _json_items(body) > max_items:
             raise WeightsError(
-                f"{self.endpoint} sent {what} of {repo_id} that is not JSON; is hf_endpoint a Hugging Face Hub?"
+                f"{self.name} sent {what} of {repo_id} holding more than {max_items} JSON values, more than a "
+                f"listing of at most {net.MAX_LISTED_FILES} files needs; refused before decoding it"
+            )
+        try:
+            return json.loads(body)
+        except (ValueError, RecursionError):
+            raise WeightsError(
+                f"{self.name} sent {what} of {repo_id} that is not JSON (or nested too deep); is hf_endpoint a "
+                "Hugging Face Hub?"
             ) from None
 
     def _repo_url(self, repo_id):
@@ -358,26 +438,66 @@ class Hub:
         data, _link = self.get_json(url, f"revision {revision!r}", repo_id)
         sha = data.get("sha") if isinstance(data, dict) else None
         if not is_commit_sha(sha):
-            raise WeightsError(f"{self.endpoint} resolved revision {revision!r} of {repo_id} to no commit SHA")
+            raise WeightsError(f"{self.name} resolved revision {revision!r} of {repo_id} to no commit SHA")
         return sha
 
     def list_tree(self, repo_id, sha):
-        """Every entry of the tree API at a commit, following ``Link: rel="next"`` pages."""
+        """Every file entry of the tree API at a commit, following ``Link: rel="next"`` pages on the endpoint's
+        origin (a next page elsewhere is refused).
+
+        The pages together hold at most ``_net.MAX_LISTED_FILES`` entries and take at most ``LISTING_TOTAL``
+        seconds; each entry is kept with only the keys ``hf_files`` reads."""
         url = f"{self.endpoint}/api/models/{self._repo_url(repo_id)}/tree/{sha}?recursive=true&expand=false"
-        entries = []
-        for _page in range(10000):
-            data, link = self.get_json(url, f"the file list at {sha}", repo_id)
+        what = f"the file list at {sha}"
+        listing = self.deadline(what, LISTING_TOTAL)
+        entries, count = [], 0
+        for page in range(MAX_LIST_PAGES):
+            if listing.remaining() <= 0:
+                raise WeightsError(
+                    f"{self.name} did not send {what} of {repo_id} within {LISTING_TOTAL:.0f} s ({count} entries in "
+                    f"{page} pages); retry later or use another hf_endpoint"
+                )
+            left = net.MAX_LISTED_FILES - count
+            deadline = self.deadline(what, min(REQUEST_TOTAL, listing.remaining()))
+            data, link = self.get_json(url, what, repo_id, deadline, JSON_ITEMS_PER_FILE * (left + 1) + 64)
             if not isinstance(data, list):
-                raise WeightsError(f"{self.endpoint} sent a file list of {repo_id} that is not a list")
-            entries.extend(data)
-            match = re.search(r'<([^>]+)>\s*;\s*rel="next"', link or "")
+                raise WeightsError(f"{self.name} sent a file list of {repo_id} that is not a list")
+            count += len(data)
+            if count > net.MAX_LISTED_FILES:
+                raise WeightsError(
+                    f"{self.name} lists more than {net.MAX_LISTED_FILES} entries for {repo_id}@{sha}; refused (a "
+                    "model has hundreds of files)"
+                )
+            entries.extend(_tree_entry(entry) for entry in data if _is_file(entry))
+            del data
+            match = re.search(r'<([^>]+)>\s*;\s*rel="?next"?', link or "")
             if not match:
                 return entries
-            url = urllib.parse.urljoin(url, match.group(1))
-        raise WeightsError(f"{self.endpoint} sent too many pages of files for {repo_id}")
+            following = urllib.parse.urljoin(url, match.group(1).strip())
+            if net.origin(following) != self.origin:
+                raise WeightsError(
+                    f"{self.name} sent the next page of {what} of {repo_id} at "
+                    f"{net.printable(net.show_origin(following), 200)}, another origin; refused (a Hub pages on its "
+                    "own origin)"
+                )
+            url = following
+        raise WeightsError(f"{self.name} sent more than {MAX_LIST_PAGES} pages of files for {repo_id}")
 
     def file_url(self, repo_id, sha, path):
         return f"{self.endpoint}/{self._repo_url(repo_id)}/resolve/{sha}/{urllib.parse.quote(path, safe='/')}"
+
+
+def _is_file(entry):
+    return isinstance(entry, dict) and entry.get("type") == "file"
+
+
+def _tree_entry(entry):
+    """The keys of a tree API file entry that ``hf_files`` reads (the rest is dropped as pages arrive)."""
+    kept = {"type": "file", "path": entry.get("path"), "size": entry.get("size"), "oid": entry.get("oid")}
+    lfs = entry.get("lfs")
+    if isinstance(lfs, dict):
+        kept["lfs"] = {"oid": lfs.get("oid"), "size": lfs.get("size")}
+    return kept
 
 
 def list_hf_source(
@@ -500,8 +620,11 @@ def manifest_files(manifest, repo_id, revision, origin, allow_patterns=None, ign
     got = (manifest.get("repo_id"), manifest.get("revision"))
     if got != (repo_id, revision):
         raise WeightsError(
-            f"{origin} holds {got[0]}@{got[1]}, not {repo_id}@{revision}; point it at a copy of that revision"
+            f"{origin} holds {net.printable(got[0], 200)}@{net.printable(got[1], 100)}, not {repo_id}@{revision}; "
+            "point it at a copy of that revision"
         )
+    if len(manifest["files"]) > net.MAX_LISTED_FILES:
+        raise WeightsError(f"{origin} lists more than {net.MAX_LISTED_FILES} files in its manifest; refused")
     by_path = {}
     for path, entry in manifest["files"].items():
         check_relpath(path, origin)
@@ -559,14 +682,22 @@ class S3Files:
         self.base = s3_prefix_of(prefix, repo_id, revision)
         self.endpoint = f"{client.endpoint}/{bucket}/{self.base}"
         self.token = None
+        self.timeout = client.timeout
 
     def file_url(self, _repo_id, _sha, path):
         return self.base + path
 
-    def open(self, key, what, repo_id, headers=None):
+    @property
+    def name(self):
+        return self.endpoint
+
+    def open(self, key, what, repo_id, headers=None, deadline=None, size=None):
+        """GET ``key`` (of ``size`` bytes); the client bounds the transfer by its own deadline, sized by the
+        object (``deadline`` is the caller's, checked as it reads)."""
+        del deadline
         match = re.match(r"^bytes=(\d+)-$", (headers or {}).get("Range", ""))
         try:
-            resp, _start = self.client.open_object(self.bucket, key, int(match.group(1)) if match else 0)
+            resp, _start = self.client.open_object(self.bucket, key, int(match.group(1)) if match else 0, size=size)
         except S3Error as exc:
             if exc.status is None or exc.status >= 500:
                 raise ConnectionError(str(exc)) from None
@@ -577,7 +708,7 @@ class S3Files:
         origin = f"s3://{self.bucket}/{self.base} at {self.client.endpoint}"
         try:
             status, _headers, body = self.client.request(
-                "GET", self.bucket, self.base + MANIFEST_NAME, expect=(200, 404)
+                "GET", self.bucket, self.base + MANIFEST_NAME, expect=(200, 404), limit=net.MAX_JSON_BYTES
             )
             if status == 404:
                 raise WeightsError(
@@ -585,10 +716,14 @@ class S3Files:
                     f"(as this collection writes it, manifest included) under that prefix, or check "
                     "s3_bucket and s3_prefix"
                 )
+            if _json_items(body) > MAX_JSON_ITEMS:
+                raise WeightsError(
+                    f"{origin} holds a {MANIFEST_NAME} of more than {MAX_JSON_ITEMS} JSON values; refused"
+                )
             try:
                 manifest = json.loads(body)
-            except ValueError:
-                raise WeightsError(f"{origin} holds a {MANIFEST_NAME} that is not JSON") from None
+            except (ValueError, RecursionError):
+                raise WeightsError(f"{origin} holds a {MANIFEST_NAME} that is not JSON (or nested too deep)") from None
             files = manifest_files(manifest, repo_id, revision, origin, allow_patterns, ignore_patterns)
             present = {
                 obj["key"][len(self.base) :]: obj["size"] for obj in self.client.list_objects(self.bucket, self.base)
@@ -605,34 +740,71 @@ class S3Files:
 
 
 class PeerFiles(Hub):
-    """The weights of a fleet host, served read-only by ``ttfleet.inference.weights_server`` at ``url``."""
+    """The weights of a fleet host, served read-only by ``ttfleet.inference.weights_server`` at ``url``.
+
+    The path of ``url`` holds the server's 128-bit token, so requests go to the peer's origin only: one
+    connection per request (``_net.connection``, with the same deadlines as the Hub's), no redirect followed,
+    and messages name the origin, never the token."""
 
     def __init__(self, url, timeout=60):
         if not re.match(r"^https?://[^/\s]+/", url or ""):
             raise WeightsError(
-                f"peer_url {url!r} is not an http(s) URL ending in /; use the url weights_server returns"
+                f"peer_url {scrub(net.printable(url, 200))!r} is not an http(s) URL ending in /; use the url "
+                "weights_server returns"
             )
         super().__init__(url.rstrip("/"), None, timeout)
         self.base = url if url.endswith("/") else url + "/"
 
+    @property
+    def name(self):
+        return f"peer {net.show_origin(self.base)}"
+
     def file_url(self, _repo_id, _sha, path):
         return self.base + urllib.parse.quote(path, safe="/")
 
+    def open(self, url, what, repo_id, headers=None, deadline=None, size=None):
+        """GET ``url`` on the peer's origin within ``deadline``; anything but 200 or 206 (a redirect included) is
+        a WeightsError, a connection that fails, stalls, passes its deadline or breaks the protocol a NetError."""
+        del size
+        deadline = deadline or self.deadline(what)
+        if net.origin(url) != self.origin:
+            raise WeightsError(f"{self.name}: {what} of {repo_id} is not on the peer's origin; refused")
+        parts = urllib.parse.urlsplit(url)
+        target = parts.path + (f"?{parts.query}" if parts.query else "")
+        conn = net.connection(*self.origin, deadline)
+        try:
+            conn.request("GET", target, headers={"User-Agent": USER_AGENT, **(headers or {})})
+            resp = conn.getresponse()
+        except (http.client.HTTPException, OSError, ValueError) as exc:
+            conn.close()
+            raise net.describe(exc, deadline, url) from None
+        if resp.status not in (200, 206):
+            resp.close()
+            conn.close()
+            raise WeightsError(self._http_message(resp.status, None, what, repo_id))
+        resp.connection_to_close = conn
+        return _ClosingResponse(resp)
+
     def _http_message(self, code, detail, what, repo_id):
+        if 300 <= code < 400:
+            return (
+                f"{self.name} answered {what} of {repo_id} with a redirect (HTTP {code}); a weights_server never "
+                "redirects and peer requests stay on the peer's origin: check peer_url"
+            )
         return (
-            f"peer {self.endpoint} answered HTTP {code} for {what} of {repo_id}; the holder's server may have stopped "
+            f"{self.name} answered HTTP {code} for {what} of {repo_id}; the holder's server may have stopped "
             "or lack that file; run the role again (it restarts the server) or use another source"
         )
 
+    def _net_message(self, what, repo_id, exc):
+        return (
+            f"cannot read {what} of {repo_id} from {self.name}: {exc}; check that the holder's weights_server runs "
+            "and its port is open between the hosts"
+        )
+
     def list(self, repo_id, revision, allow_patterns=None, ignore_patterns=DEFAULT_IGNORE_PATTERNS):
-        try:
-            manifest, _link = self.get_json(self.base + MANIFEST_NAME, "the manifest", repo_id)
-        except _RETRYABLE as exc:
-            raise WeightsError(
-                f"cannot reach peer {self.endpoint}: {getattr(exc, 'reason', None) or exc}; check that the holder's "
-                "weights_server runs and its port is open between the hosts"
-            ) from None
-        return manifest_files(manifest, repo_id, revision, f"peer {self.endpoint}", allow_patterns, ignore_patterns)
+        manifest, _link = self.get_json(self.base + MANIFEST_NAME, "the manifest", repo_id)
+        return manifest_files(manifest, repo_id, revision, self.name, allow_patterns, ignore_patterns)
 
 
 # ---------------------------------------------------------------------------
@@ -1171,6 +1343,12 @@ def _open_part(dirfd, name):
     return os.open(name, flags, 0o600, dir_fd=dirfd)
 
 
+def _name_of(source):
+    """A source (Hub, peer, bucket) as messages name it."""
+    name = getattr(source, "name", None)
+    return name if isinstance(name, str) else scrub(source.endpoint)
+
+
 def fetch_hf(hub, repo_id, sha, plan, progress):
     """Download every file of ``plan["to_fetch"]`` into staging, resuming ``.ttfleet-part`` files.
 
@@ -1192,8 +1370,9 @@ def fetch_hf(hub, repo_id, sha, plan, progress):
                     expected = item["sha256"] or f"git blob {item['blob_sha1']}"
                     actual = got["sha256"] if key == "sha256" else f"git blob {got['blob_sha1']}"
                     raise WeightsError(
-                        f"{hub.endpoint} sent {rel} of {repo_id}@{sha} with the wrong content (expected {expected}, "
-                        f"got {actual}); the partial file was removed, run again or use another hf_endpoint"
+                        f"{_name_of(hub)} sent {net.printable(rel)} of {repo_id}@{sha} with the wrong content "
+                        f"(expected {expected}, got {actual}); the partial file was removed, run again or use another "
+                        "source"
                     )
                 item["sha256"] = got["sha256"]
                 rename(dirfd, part, leaf)
@@ -1218,10 +1397,33 @@ def _hash_prefix(dirfd, name, count, digests):
             count -= len(block)
 
 
+class _Counted:
+    """A response body whose bytes are counted: did the origin send more than the listing gives?"""
+
+    def __init__(self, resp):
+        self.resp = resp
+        self.headers = resp.headers
+        self.count = 0
+
+    def read(self, amount=None):
+        data = self.resp.read(amount)
+        self.count += len(data)
+        return data
+
+
 def _download(hub, repo_id, sha, item, dirfd, part, progress, stats):
+    """Fetch one file into its partial file in staging, resuming it; returns the digests of the whole file.
+
+    Each attempt is bounded: it writes at most the bytes the listing gives (``_net.copy_capped``), within a
+    deadline (``timeout`` seconds without a byte, and ``TRANSFER_FLOOR`` plus a second per MiB overall). A body
+    longer than the listing gives (declared or sent) fails at once, with the partial file removed: nothing beyond
+    the listed size is ever written. Any other failed attempt (refused, reset, stalled, too slow, cut short, not
+    HTTP) is retried from what the partial file holds, NET_ATTEMPTS times in all."""
     rel, size = item["path"], item["size"]
     url = hub.file_url(repo_id, sha, rel)
-    for attempt in range(NET_ATTEMPTS):
+    where, shown = _name_of(hub), net.printable(rel)
+    failure = None
+    for _attempt in range(NET_ATTEMPTS):
         offset = _size_at(dirfd, part) or 0
         if offset > size:
             offset = 0
@@ -1229,49 +1431,87 @@ def _download(hub, repo_id, sha, item, dirfd, part, progress, stats):
         if offset:
             _hash_prefix(dirfd, part, offset, digests)
         if offset == size:
+            if not size:
+                os.close(_open_part(dirfd, part))
             return digests.result()
-        headers = {"Range": f"bytes={offset}-"} if offset else {}
+        deadline = net.Deadline.for_size(
+            size - offset,
+            stall=getattr(hub, "timeout", None) or net.DEFAULT_STALL,
+            what=f"the transfer of {shown}",
+            floor=TRANSFER_FLOOR,
+        )
+        state = {"digests": digests, "offset": offset, "deadline": deadline, "declared": None}
+        state.update(written=0, expected=size - offset, sent=0)
         try:
-            with hub.open(url, f"file {rel} at {sha}", repo_id, headers) as resp:
-                status = getattr(resp, "status", 200)
-                start = content_range_start(resp.headers.get("Content-Range")) if status == 206 else None
-                if offset and (status != 206 or start != offset):
-                    stats["restarts"] += 1
-                    progress.advance(-offset, rel)
-                    offset = 0
-                    digests = Digests(size if item.get("blob_sha1") else None)
-                with os.fdopen(_open_part(dirfd, part), "r+b") as handle:
-                    handle.seek(offset)
-                    handle.truncate()
-                    while True:
-                        block = resp.read(NET_CHUNK)
-                        if not block:
-                            break
-                        handle.write(block)
-                        digests.update(block)
-                        stats["fetched_bytes"] += len(block)
-                        progress.advance(len(block), rel)
-                    handle.flush()
-                    os.fsync(handle.fileno())
+            _attempt_download(hub, url, (rel, repo_id, sha, size), state, dirfd, part, progress, stats)
         except _RETRYABLE as exc:
-            if attempt + 1 == NET_ATTEMPTS:
-                raise WeightsError(
-                    scrub(
-                        f"downloading {rel} of {repo_id} from {hub.endpoint} failed {NET_ATTEMPTS} times: "
-                        f"{getattr(exc, 'reason', None) or exc}; run again to resume",
-                        hub.token,
-                    )
-                ) from None
-            continue
+            if state["sent"] <= state["expected"]:
+                if state["written"] == state["expected"]:
+                    # Every listed byte arrived, then the connection broke: the digest (checked by the caller)
+                    # decides.
+                    return state["digests"].result()
+                failure = exc if isinstance(exc, net.NetError) else net.describe(exc, deadline, url)
+                continue
+        declared = state["declared"]
+        if state["sent"] > state["expected"] or (declared is not None and declared > state["expected"]):
+            unlink(dirfd, part)
+            sent = "sent more" if declared is None or declared <= state["expected"] else f"declared {declared} bytes"
+            raise WeightsError(
+                f"{where} {sent} for {shown} of {repo_id}@{sha} where {state['expected']} were expected (the "
+                f"listing gives {size}); nothing beyond that was written and the partial file was removed: the "
+                "source serves another file than it lists. Use another source"
+            )
         got = _size_at(dirfd, part)
         if got == size:
-            return digests.result()
-        if attempt + 1 == NET_ATTEMPTS:
-            raise WeightsError(
-                f"{hub.endpoint} sent {got} bytes of {rel} of {repo_id} where the tree lists {size}; run again "
-                "to resume, or use another hf_endpoint"
-            )
-    raise WeightsError(f"downloading {rel} of {repo_id} did not finish")
+            return state["digests"].result()
+        failure = f"{where} sent {got} bytes of {shown} where the listing gives {size}"
+    raise WeightsError(
+        scrub(
+            f"downloading {shown} of {repo_id} from {where} failed {NET_ATTEMPTS} times: {failure}; run again to "
+            "resume, or use another source",
+            hub.token,
+        )
+    )
+
+
+def _attempt_download(hub, url, file, state, dirfd, part, progress, stats):
+    """One attempt of ``_download``. ``state`` holds the digests (new ones when the source starts over), the
+    offset, and the bytes written, expected, sent and declared: the caller reads them, also when this fails."""
+    rel, repo_id, sha, size = file
+    offset = state["offset"]
+    headers = {"Range": f"bytes={offset}-"} if offset else {}
+    what = f"file {net.printable(rel)} at {sha}"
+    with hub.open(url, what, repo_id, headers, deadline=state["deadline"], size=size) as resp:
+        status = getattr(resp, "status", 200)
+        start = content_range_start(resp.headers.get("Content-Range")) if status == 206 else None
+        if offset and (status != 206 or start != offset):
+            stats["restarts"] += 1
+            progress.advance(-offset, rel)
+            offset = 0
+            state["digests"] = Digests(size if state["digests"].sha1 is not None else None)
+            state["expected"] = size
+        state["declared"] = net.content_length(resp)
+        if state["declared"] is not None and state["declared"] > state["expected"]:
+            return
+        body = _Counted(resp)
+        digests = state["digests"]
+        with os.fdopen(_open_part(dirfd, part), "r+b") as handle:
+            handle.seek(offset)
+            handle.truncate()
+
+            def write(block):
+                handle.write(block)
+                digests.update(block)
+                state["written"] += len(block)
+                stats["fetched_bytes"] += len(block)
+                progress.advance(len(block), rel)
+
+            try:
+                net.copy_capped(body, write, state["expected"], f"file {net.printable(rel)}", url, state["deadline"])
+            finally:
+                state["sent"] = body.count
+                handle.flush()
+                os.fsync(handle.fileno())
 
 
 def _source_error(item, exc):
@@ -1573,7 +1813,7 @@ def _manifest_source(options, source, repo_id, allow, ignore):
         raise WeightsError(f"source {source} needs revision, the commit (or, floating, the name) the copy was made at")
     if source == "peer":
         files_at = PeerFiles(options.get("peer_url"), options.get("timeout") or 60)
-        label = f"peer {files_at.endpoint} ({repo_id}@{revision})"
+        label = f"{files_at.name} ({repo_id}@{revision})"
     else:
         missing = [
             name for name in ("s3_endpoint", "s3_bucket", "s3_access_key", "s3_secret_key") if not options.get(name)
@@ -1596,7 +1836,9 @@ def _manifest_source(options, source, repo_id, allow, ignore):
         files_at = S3Files(client, options["s3_bucket"], options.get("s3_prefix"), repo_id, revision)
         label = f"s3 {repo_id}@{revision} from s3://{options['s3_bucket']}/{files_at.base} at {client.endpoint}"
     files = files_at.list(repo_id, revision, allow, ignore)
-    return files_at, revision, files, files_at.endpoint, label
+    # A peer's URL holds its token: the manifest records the peer's origin only.
+    endpoint = net.show_origin(files_at.base) if source == "peer" else files_at.endpoint
+    return files_at, revision, files, endpoint, label
 
 
 def _owner_of(options, key, group_key, default):

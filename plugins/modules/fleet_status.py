@@ -31,7 +31,10 @@ options:
     type: path
     default: /opt/tt-inference-server
   timeout:
-    description: Seconds to wait for each C(/health) answer.
+    description:
+      - Seconds each C(/health) probe may take in all, from the connection to the last byte of the answer. A port
+        that stalls or drips its answer is cut off then and reported as unhealthy.
+      - The answer may hold at most 64 KiB; no credential is sent and redirects are not followed.
     type: float
     default: 5.0
 seealso:
@@ -96,7 +99,12 @@ instances:
       description: C(active_state), C(sub_state), C(enabled), C(restarts) and C(active_since) of the unit.
       type: dict
     health:
-      description: C(status) (healthy, unhealthy, unreachable or unknown), C(code), C(url), C(seconds), C(error).
+      description:
+        - C(status) (healthy, unhealthy, unreachable or unknown), C(code), C(url), C(seconds), C(error).
+        - C(unreachable) when the port takes no connection; C(unhealthy) for a status other than 200 and for an answer
+          that breaks the protocol (a line that is not HTTP, a body that ends early or passes 64 KiB, no whole answer
+          within O(timeout)), with the reason in C(error), control characters shown as escapes. Such a port makes only
+          its own instance unhealthy; the rest of the host is reported as usual.
       type: dict
     volume:
       description: >-

@@ -221,7 +221,14 @@ options:
     description: Name of the host in messages. Defaults to the host name.
     type: str
   timeout:
-    description: Seconds an HTTP request (store or health check) may stay silent.
+    description:
+      - Seconds a request to the store or the health check may go without receiving a byte (the stall limit).
+      - Each request also has an overall limit, whatever the stall limit - 300 seconds for a manifest or checksum
+        file, 300 seconds plus one second per MiB of RV(archive_bytes) for the archive, 60 seconds for the health
+        check of O(health_url).
+      - The archive is read to exactly the manifest's RV(archive_bytes); a longer one is refused before more is
+        unpacked. Manifests are read up to 32 MiB. Redirects of an V(http) or V(s3) store are never followed (a
+        peer's URL holds its access token; S3 signatures go to O(s3_endpoint) only).
     type: int
     default: 60
 notes:

@@ -28,6 +28,14 @@ description:
     A file with several hard links is served only if every local user can read it.
   - The server stops at O(state=stopped) or after O(ttl) seconds, whichever comes first; nothing is written to
     O(path).
+  - Connections are bounded, so a flood of connections that send nothing or drip their request does not lock
+    peers out. A connection that sends no byte for 10 seconds, or not its whole request head (at most 16 KiB)
+    within 20 seconds, is closed; a client that takes no byte of a file for 60 seconds is dropped; every answer
+    closes its connection. At most 512 connections are open at once, fewer when the open-file limit of the server
+    holds fewer (two descriptors a connection); at that cap the oldest connection still sending its request is
+    closed for a new one, and while every connection is being answered new ones wait in the listen backlog. When
+    accepting fails for want of descriptors or memory, the server pauses accepting (up to a second) instead of
+    retrying at once.
   - With O(state=stopped), returns the bytes the server sent (RV(served_bytes)).
   - "The fleet rule (role C(ttfleet.inference.model_cache)): every transfer between peers goes through this module.
     Holders of a model serve it to the hosts of their C(model_cache_site) that pull it (one server per holder and

@@ -184,7 +184,8 @@ def run_bounded(code, timeout=120, env=None):
         "import resource, sys, json\n"
         f"sys.path.insert(0, {COLLECTIONS!r})\n"
         "try:\n" + "".join(f"    {line}\n" for line in code.splitlines()) + "finally:\n"
-        "    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024\n"
+        # VmHWM, not ru_maxrss: Linux carries ru_maxrss over from the forked pytest process.
+        "    peak = [int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM:')][0] / 1024\n"
         "    sys.stderr.write('\\n@@peak_rss_mib=%.1f\\n' % peak)\n"
     )
     start = time.monotonic()

@@ -270,7 +270,7 @@ def test_wrapper_health_restarts_after_failures_in_a_row(wrapper, monkeypatch):
     answers = iter([503, None, 200, 503, 503])
     restarts = []
     monkeypatch.setattr(module, "_unit_state", lambda unit: "active")
-    monkeypatch.setattr(module, "get", lambda url, key=None, timeout=10: (next(answers), b""))
+    monkeypatch.setattr(module, "get", lambda url, key=None, timeout=10: (next(answers), b"", None))
     monkeypatch.setattr(module.subprocess, "run", lambda argv, **kw: restarts.append(argv))
     for _check in range(5):
         module.cmd_health("x", conf)
@@ -292,8 +292,8 @@ def test_wrapper_ready_requires_the_model_with_the_key(wrapper, monkeypatch):
     def get(url, key=None, timeout=10):
         seen.append((url, key))
         if url.endswith("/health"):
-            return 200, b"{}"
-        return 200, json.dumps({"data": [{"id": "meta-llama/Llama-3.1-8B"}]}).encode()
+            return 200, b"{}", None
+        return 200, json.dumps({"data": [{"id": "meta-llama/Llama-3.1-8B"}]}).encode(), None
 
     monkeypatch.setattr(module, "get", get)
     assert module.cmd_ready("x", conf, 5) == 0

@@ -94,7 +94,22 @@ def test_floating_revision_refused_with_fix():
     assert weights.check_revision("Qwen/Qwen3-32B", "main", True) is False
 
 
-@pytest.mark.parametrize("bad", ["../x", "/etc/passwd", "a//b", "a/./b", ".ttfleet-manifest.json", "x.ttfleet-part"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "../x",
+        "/etc/passwd",
+        "a//b",
+        "a/./b",
+        ".ttfleet-manifest.json",
+        "x.ttfleet-part",
+        "a\nb",
+        "\x1b]0;t\x07x",
+        "x\u202ey",
+        "x" * 256,
+        "/".join(["d" * 255] * 17),
+    ],
+)
 def test_relpath_refused(bad):
     with pytest.raises(WeightsError, match="unusable file path"):
         weights.check_relpath(bad, "the Hub")

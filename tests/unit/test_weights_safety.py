@@ -60,7 +60,7 @@ class FakeHub:
     def file_url(self, repo_id, sha, path):
         return path
 
-    def open(self, url, what, repo_id, headers=None):
+    def open(self, url, what, repo_id, headers=None, deadline=None, size=None):
         self.opened.append(url)
         return _Response(self.files[url])
 
@@ -174,7 +174,7 @@ def test_resume_keeps_a_root_staging_directory(tmp_path, no_hang):
             raise Stop
 
     class Slow(FakeHub):
-        def open(self, url, what, repo_id, headers=None):
+        def open(self, url, what, repo_id, headers=None, deadline=None, size=None):
             resp = super().open(url, what, repo_id, headers)
             resp.read = lambda amount=None, read=resp.read: read(min(amount or 1 << 20, 50_000))
             return resp

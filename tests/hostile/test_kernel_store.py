@@ -1,0 +1,279 @@
+"""Kernel-cache deploys (plugins/module_utils/_kernels.py, the kernel_cache module) from hostile kernel stores on
+127.0.0.1: a peer's http store and an S3 store that send more than the manifest's archive_bytes, drip, stall, redirect,
+or do not speak HTTP; and the warm-up health check of a harvest."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pathlib
+import shutil
+import time
+
+import pytest
+from conftest import as_json, baseline_rss_mib, dir_bytes, drip, endless, http_head, run_bounded, send
+
+from ansible_collections.ttfleet.inference.plugins.module_utils import _kernels as k
+from ansible_collections.ttfleet.inference.plugins.module_utils import _net as net
+from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client
+
+pytestmark = pytest.mark.skipif(shutil.which("zstd") is None, reason="needs the zstd program")
+
+KEY = {
+    "model_name": "Qwen3-32B",
+    "mesh": "P300x2",
+    "impl_id": "tt_transformers",
+    "tt_metal_commit": "8c48a10",
+    "vllm_commit": "f52987a",
+}
+TOKEN = "5f" * 16  # a peer's path token
+OLD = 1_000_000_000
+
+
+def opts(volume, **extra):
+    base = dict(KEY, volume=str(volume), host="lab", owner=os.getuid(), group=os.getgid(), required=True)
+    base.update(extra)
+    return base
+
+
+@pytest.fixture(scope="module")
+def entry(tmp_path_factory):
+    """A real store entry (manifest, sha, archive) harvested from a real cache."""
+    base = tmp_path_factory.mktemp("entry")
+    root = base / "src" / "tt_metal_cache" / f"cache_{KEY['model_name']}" / KEY["mesh"]
+    for rel, size in {"kernels/a/brisc.elf": 4096, "tensor_cache/w.tensorbin": 70000}.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(os.urandom(size))
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            os.utime(os.path.join(dirpath, name), (OLD, OLD))
+    os.utime(root, (OLD, OLD))
+    store = k.PathStore(str(base / "store"))
+    k.harvest(opts(base / "src", warmed=True, quiet_seconds=0), store)
+    where = store.entry_dir(KEY)
+    files = {name: pathlib.Path(where, name).read_bytes() for name in (k.MANIFEST_NAME, k.SHA_NAME, k.ARCHIVE_NAME)}
+    files["manifest"] = json.loads(files[k.MANIFEST_NAME])
+    return files
+
+
+def store_script(entry, archive):
+    """A store (http or S3, path-style) serving the entry's small files and handing the archive to ``archive``."""
+
+    def script(conn, req, srv):
+        if req is None:
+            return
+        path = req.path.split("?", 1)[0]
+        for name in (k.SHA_NAME, k.MANIFEST_NAME):
+            if path.endswith("/" + name):
+                data = entry[name]
+                send(conn, http_head(200, {"ETag": '"x"'}, len(data)) + (b"" if req.method == "HEAD" else data))
+                return
+        if path.endswith("/" + k.ARCHIVE_NAME):
+            archive(conn, req, srv)
+        else:
+            send(conn, http_head(404, length=0))
+
+    return script
+
+
+def http_store(server, **kwargs):
+    return k.HttpStore(f"{server.url}/{TOKEN}/", **kwargs)
+
+
+def s3_store(server, **kwargs):
+    return k.S3Store(S3Client(server.url, "AK", "SK", **kwargs), "kernels", "caches")
+
+
+STORES = {"http": http_store, "s3": s3_store}
+
+
+def nothing_in_place(volume):
+    """No cache, no staging directory, no marker, no byte left in the volume."""
+    assert not os.path.exists(k.cache_path(str(volume), KEY))
+    parent = k.cache_parent(str(volume), KEY)
+    assert not os.path.isdir(parent) or os.listdir(parent) == []
+    assert dir_bytes(str(volume)) == 0
+
+
+# ---------------------------------------------------------------------------
+# Bytes: exactly archive_bytes, never one more
+
+
+@pytest.mark.parametrize("kind", sorted(STORES))
+def test_an_archive_running_past_archive_bytes_is_refused_before_unpacking_more(hostile, tmp_path, entry, kind):
+    def archive(conn, req, srv):
+        send(conn, http_head(200) + entry[k.ARCHIVE_NAME])
+        endless(conn, stop=srv.stop)
+
+    server = hostile(store_script(entry, archive))
+    start = time.monotonic()
+    with pytest.raises(k.KernelError, match=f"runs past the {entry['manifest']['archive_bytes']} bytes") as err:
+        k.deploy(opts(tmp_path / "volume"), STORES[kind](server))
+    assert time.monotonic() - start < 10
+    assert "nothing was put in place" in str(err.value) and TOKEN not in str(err.value)
+    nothing_in_place(tmp_path / "volume")
+
+
+@pytest.mark.parametrize("kind", sorted(STORES))
+def test_a_declared_archive_length_other_than_archive_bytes_is_refused_before_reading(hostile, tmp_path, entry, kind):
+    def archive(conn, req, srv):
+        send(conn, http_head(200, length=1 << 40))
+        endless(conn, stop=srv.stop)
+
+    server = hostile(store_script(entry, archive))
+    with pytest.raises(k.KernelError, match="1099511627776 bytes"):
+        k.deploy(opts(tmp_path / "volume"), STORES[kind](server))
+    nothing_in_place(tmp_path / "volume")
+
+
+def test_the_manifest_sha256_decides_whatever_the_etag_says(hostile, tmp_path, entry):
+    good = entry[k.ARCHIVE_NAME]
+    bad = bytearray(good)
+    bad[len(bad) // 2] ^= 0xFF
+
+    def archive(conn, req, srv):
+        etag = hashlib.md5(good).hexdigest()
+        send(conn, http_head(200, {"ETag": f'"{etag}"'}, len(bad)) + bytes(bad))
+
+    server = hostile(store_script(entry, archive))
+    with pytest.raises(k.KernelError, match=r"(does not match its manifest|not a readable tar\.zst|zstd)"):
+        k.deploy(opts(tmp_path / "volume"), s3_store(server))
+    nothing_in_place(tmp_path / "volume")
+
+
+# ---------------------------------------------------------------------------
+# Time: the stall limit (the timeout option) and an overall limit on every request
+
+
+@pytest.mark.parametrize("kind", sorted(STORES))
+def test_an_archive_dripped_at_one_byte_a_second_stops_at_the_deadline(hostile, tmp_path, entry, kind):
+    def archive(conn, req, srv):
+        send(conn, http_head(200, length=len(entry[k.ARCHIVE_NAME])))
+        drip(conn, entry[k.ARCHIVE_NAME], every=1.0, stop=srv.stop)
+
+    server = hostile(store_script(entry, archive))
+    start = time.monotonic()
+    with pytest.raises(k.KernelError, match="did not finish within its 3 s limit"):
+        k.deploy(opts(tmp_path / "volume"), STORES[kind](server, timeout=2, total=3))
+    assert time.monotonic() - start < 8
+    nothing_in_place(tmp_path / "volume")
+
+
+@pytest.mark.parametrize("kind", sorted(STORES))
+def test_a_manifest_whose_headers_drip_stops_at_the_deadline(hostile, tmp_path, entry, kind):
+    server = hostile(lambda conn, req, srv: drip(conn, http_head(200, length=10), every=0.5, stop=srv.stop))
+    start = time.monotonic()
+    with pytest.raises(k.KernelError, match="did not finish within its 3 s limit"):
+        k.deploy(opts(tmp_path / "volume"), STORES[kind](server, timeout=2, total=3))
+    assert time.monotonic() - start < 6
+
+
+def module_code(name, args):
+    """Python code that runs the collection's module ``name`` with ``args``, as Ansible would on a host."""
+    return (
+        "import contextlib, json\n"
+        "try:\n"
+        "    from ansible.module_utils.testing import patch_module_args\n"
+        "except ImportError:\n"
+        "    from ansible.module_utils import basic\n"
+        "    @contextlib.contextmanager\n"
+        "    def patch_module_args(args):\n"
+        "        basic._ANSIBLE_ARGS = json.dumps({'ANSIBLE_MODULE_ARGS': args}).encode()\n"
+        "        yield\n"
+        f"from ansible_collections.ttfleet.inference.plugins.modules import {name}\n"
+        f"with patch_module_args(json.loads({json.dumps(json.dumps(args))})):\n"
+        f"    {name}.main()\n"
+    )
+
+
+def module_args(volume, store_url, **extra):
+    args = dict(KEY, state="deployed", volume=str(volume), store="http", store_url=store_url)
+    args.update(owner=os.getuid(), group=os.getgid(), host="lab", required=True, **extra)
+    return args
+
+
+def test_a_silent_store_fails_the_module_at_its_timeout_option(hostile, tmp_path):
+    server = hostile(lambda conn, req, srv: srv.stop.wait(30))
+    result = run_bounded(module_code("kernel_cache", module_args(tmp_path / "v", f"{server.url}/{TOKEN}/", timeout=1)))
+    out = as_json(result["out"])
+    assert out.get("failed") and "stalled" in out["msg"] and "Traceback" not in result["err"]
+    assert result["seconds"] < 10 and TOKEN not in out["msg"]
+
+
+# ---------------------------------------------------------------------------
+# Memory: a manifest is capped
+
+
+def test_a_256_mib_manifest_is_refused_with_little_memory(hostile):
+    def script(conn, req, srv):
+        send(conn, http_head(200) + b'{"kind": "')
+        endless(conn, chunk=b"x" * 65536, stop=srv.stop, limit=256 << 20)
+
+    server = hostile(script)
+    baseline = baseline_rss_mib()
+    code = (
+        "from ansible_collections.ttfleet.inference.plugins.module_utils import _kernels as k\n"
+        f"key = {KEY!r}\n"
+        "try:\n"
+        f"    k.HttpStore({server.url + '/' + TOKEN + '/'!r}).read_manifest(key)\n"
+        "except k.KernelError as exc:\n"
+        "    print('refused:', exc)\n"
+    )
+    result = run_bounded(code)
+    assert f"passed the {net.MAX_JSON_BYTES}-byte cap" in result["out"], result["err"][-2000:]
+    assert result["peak_rss_mib"] - baseline < 96, result
+    assert len(server.requests) == 1
+
+
+# ---------------------------------------------------------------------------
+# The token stays with the store: no redirect is followed
+
+
+def test_a_redirect_to_the_catcher_is_not_followed(hostile, catcher, tmp_path):
+    server = hostile(lambda conn, req, srv: send(conn, http_head(302, {"Location": f"{catcher.url}/{TOKEN}/x"}, 0)))
+    store = k.HttpStore(f"http://peer:pw@127.0.0.1:{server.port}/{TOKEN}/")
+    with pytest.raises(k.KernelError, match=r"answered HTTP 302, a redirect to http://127\.0\.0\.1:\d+") as err:
+        k.deploy(opts(tmp_path / "volume"), store)
+    assert "not followed" in str(err.value) and TOKEN not in str(err.value)
+    time.sleep(0.2)
+    assert catcher.requests == []
+    # The basic credentials of the URL went to the store, and only there.
+    assert server.requests[0].header("authorization") == "Basic cGVlcjpwdw=="
+    assert server.requests[0].path.startswith(f"/{TOKEN}/")
+
+
+def test_garbage_instead_of_http_names_the_store_and_not_its_token(hostile, tmp_path):
+    server = hostile(lambda conn, req, srv: send(conn, b"SSH-2.0-OpenSSH_9.2\r\n\x1b]0;owned\x07\r\n"))
+    result = run_bounded(module_code("kernel_cache", module_args(tmp_path / "v", f"{server.url}/{TOKEN}/", timeout=5)))
+    out = as_json(result["out"])
+    assert out.get("failed") and "Traceback" not in result["err"]
+    assert f"{server.url}/<base path>/" in out["msg"] and "broke the HTTP protocol" in out["msg"]
+    # (Only the message is checked: the invocation Ansible echoes at -vvv holds store_url as given.)
+    assert TOKEN not in out["msg"] and TOKEN not in result["err"] and "\x1b" not in out["msg"]
+
+
+# ---------------------------------------------------------------------------
+# The warm-up health check of a harvest
+
+
+def test_health_check_protocol_errors_are_reasons_not_crashes(hostile):
+    garbage = hostile(lambda conn, req, srv: send(conn, b"not http\r\n\r\n"))
+    assert "broke the HTTP protocol" in k.check_health(garbage.url + "/health", timeout=2)
+    short = hostile(lambda conn, req, srv: send(conn, http_head(503, length=0)))
+    assert k.check_health(short.url + "/health", timeout=2).endswith("answered HTTP 503")
+
+
+def test_health_check_dripped_headers_stop_at_its_deadline(hostile):
+    server = hostile(lambda conn, req, srv: drip(conn, http_head(200, length=0), every=0.5, stop=srv.stop))
+    start = time.monotonic()
+    why = k.check_health(server.url + "/health", timeout=2, total=3)
+    assert why and "3 s limit" in why and time.monotonic() - start < 6
+
+
+def test_health_check_credentials_stay_with_their_origin(hostile, catcher):
+    server = hostile(lambda conn, req, srv: send(conn, http_head(302, {"Location": catcher.url + "/health"}, 0)))
+    k.check_health(f"http://ops:s3cret@127.0.0.1:{server.port}/health", timeout=2)
+    assert server.requests[0].header("authorization") == "Basic b3BzOnMzY3JldA=="
+    assert catcher.requests and catcher.requests[0].header("authorization") is None
