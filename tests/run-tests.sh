@@ -57,7 +57,7 @@ lint() {
 unit() {
   # Kernel-cache archives are .tar.zst: without zstd their tests would only be skipped.
   need_debs zstd
-  pytest tests/unit -q -p no:cacheprovider
+  pytest tests/unit -q -p no:cacheprovider -n 2
 }
 
 # The attacker suite (tests/attacks): a hostile uid 1000 (setpriv, a real unprivileged process) against the root-run
@@ -72,7 +72,9 @@ attacks() {
 # bytes on disk, peak memory, credentials that reached a catcher port, restarts counted). No Docker.
 hostile() {
   need_debs zstd
-  pytest tests/hostile -q -p no:cacheprovider
+  # Most of its time is spent waiting for deadlines to pass, so four workers on two cores; every bound it asserts
+  # leaves room for that load.
+  pytest tests/hostile -q -p no:cacheprovider -n 4
 }
 
 # ansible-test needs a real ansible_collections/ttfleet/inference path (it refuses symlinks), the
@@ -126,7 +128,7 @@ matrix() {
   fi
   tests/lab/bootstrap.sh matrix
   PATH="$venv/bin:$PATH" python -c "import ansible; print('matrix: ansible-core', ansible.__version__)" >&2
-  PATH="$venv/bin:$PATH" pytest tests/unit -q -p no:cacheprovider
+  PATH="$venv/bin:$PATH" pytest tests/unit -q -p no:cacheprovider -n 2
   PATH="$venv/bin:$PATH" SANITY_SHIPPED=1 sanity
 }
 

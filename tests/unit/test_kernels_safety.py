@@ -394,7 +394,9 @@ def test_unpack_creates_nothing_through_a_planted_link(tmp_path, victim):
 TOKEN = secrets.token_hex(16)
 
 
-@pytest.mark.parametrize("base", [f"http://10.0.0.5:41234/{TOKEN}/", f"http://10.0.0.5:41234/{TOKEN}"])
+# Ids name the shape, not the random token: parallel workers must collect the same test names.
+@pytest.mark.parametrize("base", [f"http://10.0.0.5:41234/{TOKEN}/", f"http://10.0.0.5:41234/{TOKEN}"],
+                         ids=["slash", "no-slash"])
 def test_http_store_urls_keep_the_token_and_never_show_it(base):
     remote = k.HttpStore(base)
     entry = "Qwen3-32B/P300x2/tt_transformers/8c48a10/f52987a"

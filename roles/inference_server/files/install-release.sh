@@ -15,6 +15,8 @@
 #                 or a plain copy of a checkout.
 # Only the tag ref refs/tags/TAG is used: release branches carry the same names as the tags.
 # COMMIT (empty, or 7 to 40 hex digits) must match the start of the checked-out commit.
+# Every fetch is bounded: $TTFLEET_FETCH_TIMEOUT seconds in all (default 1800, coreutils timeout), and over HTTP(S)
+# less than 1 KiB/s for 60 s is a stall (http.lowSpeedLimit/lowSpeedTime), so a silent or dripping origin ends it.
 set -eu
 umask 022
 
@@ -23,6 +25,8 @@ releases=$root/releases
 final=$releases/$tag
 stage=$releases/.stage-$tag
 marker=.ttfleet-release.json
+fetch_timeout=${TTFLEET_FETCH_TIMEOUT:-1800}
+case $fetch_timeout in '' | *[!0-9]*) echo "install-release: TTFLEET_FETCH_TIMEOUT must be a number of seconds" >&2; exit 1 ;; esac
 
 fail() {
   echo "install-release: $*" >&2
@@ -38,8 +42,14 @@ fetch_tag() { # fetch_tag FROM [git fetch options]: check out refs/tags/TAG from
   from=$1
   shift
   git init -q "$stage"
-  GIT_TERMINAL_PROMPT=0 git -C "$stage" fetch -q --no-tags --no-write-fetch-head "$@" "$from" \
-    "+refs/tags/$tag:refs/tags/$tag" || fail "cannot fetch refs/tags/$tag from the $source source; git's own message is hidden while inference_server_no_log is true"
+  rc=0
+  GIT_TERMINAL_PROMPT=0 timeout -k 10 "$fetch_timeout" git -C "$stage" -c http.lowSpeedLimit=1024 -c http.lowSpeedTime=60 \
+    fetch -q --no-tags --no-write-fetch-head "$@" "$from" "+refs/tags/$tag:refs/tags/$tag" || rc=$?
+  case $rc in
+    0) ;;
+    124 | 137) fail "fetching refs/tags/$tag from the $source source took longer than $fetch_timeout s (inference_server_fetch_timeout)" ;;
+    *) fail "cannot fetch refs/tags/$tag from the $source source (a stall is less than 1 KiB/s for 60 s); git's own message is hidden while inference_server_no_log is true" ;;
+  esac
   git -C "$stage" -c advice.detachedHead=false checkout -q --detach "refs/tags/$tag^{commit}" \
     || fail "cannot check out refs/tags/$tag"
 }
