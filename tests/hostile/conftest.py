@@ -7,7 +7,8 @@ endpoint, peer, kernel store or instance port, and the measurements the tests as
 - ``catcher``: a second server that only records what reaches it (did a credential leave its origin?).
 - ``run_bounded``: runs Python code in a child process and returns its exit, output, wall time and peak RSS, so a
   test asserts time and memory bounds on the real code path.
-- ``drip``, ``http_head``, ``endless``: script building blocks.
+- ``drip``, ``http_head``, ``endless``, ``reply``, ``answer_file``: script building blocks; ``weights_options``: the
+  model_weights options the hub and peer tests share.
 
 Nothing here reaches beyond 127.0.0.1; every server thread is a daemon and stops with the fixture.
 """
@@ -111,6 +112,35 @@ def endless(conn, chunk=b"\0" * 65536, stop=None, limit=1 << 34):
             return sent
         sent += len(chunk)
     return sent
+
+
+def reply(conn, body, status=200, headers=None):
+    """A whole answer: ``body`` as it is when bytes, else as JSON."""
+    body = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return send(conn, http_head(status, {"Content-Type": "application/json", **(headers or {})}, len(body)) + body)
+
+
+def answer_file(conn, req, srv, body):
+    """A file's answer: ``body`` (bytes) with its length, or ``body`` run as the script of this request."""
+    if callable(body):
+        body(conn, req, srv)
+    else:
+        send(conn, http_head(200, {"Content-Type": "application/octet-stream"}, len(body)) + body)
+
+
+def weights_options(tmp_path, **source):
+    """model_weights options for a volume under ``tmp_path`` owned by this user, with ``source``'s options on top."""
+    options = {
+        "dest": str(tmp_path / "vol" / "weights" / "M"),
+        "owner": os.getuid(),
+        "group": os.getgid(),
+        "disk_margin_gb": 0,
+        "host": "lab-1",
+        "timeout": 5,
+        "ignore_patterns": [],
+    }
+    options.update(source)
+    return options
 
 
 class HostileServer:

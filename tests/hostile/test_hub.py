@@ -13,7 +13,6 @@ import hashlib
 import http.server
 import ipaddress
 import json
-import os
 import re
 import socket
 import ssl
@@ -22,7 +21,18 @@ import threading
 import time
 
 import pytest
-from conftest import as_json, dir_bytes, drip, endless, http_head, run_bounded, send
+from conftest import (
+    answer_file,
+    as_json,
+    dir_bytes,
+    drip,
+    endless,
+    http_head,
+    reply,
+    run_bounded,
+    send,
+    weights_options,
+)
 
 from ansible_collections.ttfleet.inference.plugins.action import model_weights as action
 from ansible_collections.ttfleet.inference.plugins.module_utils import _net as net
@@ -50,11 +60,6 @@ def entry(path, content=DATA, size=None):
     }
 
 
-def reply(conn, body, status=200, headers=None):
-    body = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return send(conn, http_head(status, {"Content-Type": "application/json", **(headers or {})}, len(body)) + body)
-
-
 def hub_script(tree=None, files=None, token=None):
     """A hub: ``tree`` (a list, or a script) at the tree API, ``files`` ({path: bytes or a script}) at resolve/.
     With ``token``, both answer 401 unless the request carries it."""
@@ -67,11 +72,7 @@ def hub_script(tree=None, files=None, token=None):
         elif req.path.startswith(TREE):
             tree(conn, req, srv) if callable(tree) else reply(conn, tree)
         elif req.path.startswith(RESOLVE) and req.path[len(RESOLVE) :] in files:
-            body = files[req.path[len(RESOLVE) :]]
-            if callable(body):
-                body(conn, req, srv)
-            else:
-                send(conn, http_head(200, {"Content-Type": "application/octet-stream"}, len(body)) + body)
+            answer_file(conn, req, srv, files[req.path[len(RESOLVE) :]])
         else:
             reply(conn, {"error": "no such path"}, 404)
 
@@ -79,21 +80,7 @@ def hub_script(tree=None, files=None, token=None):
 
 
 def opts(tmp_path, endpoint, **extra):
-    options = {
-        "dest": str(tmp_path / "vol" / "weights" / "M"),
-        "source": "hf",
-        "repo_id": REPO,
-        "revision": SHA,
-        "hf_endpoint": endpoint,
-        "owner": os.getuid(),
-        "group": os.getgid(),
-        "disk_margin_gb": 0,
-        "host": "lab-1",
-        "timeout": 5,
-        "ignore_patterns": [],
-    }
-    options.update(extra)
-    return options
+    return weights_options(tmp_path, source="hf", repo_id=REPO, revision=SHA, hf_endpoint=endpoint, **extra)
 
 
 def staged(tmp_path):

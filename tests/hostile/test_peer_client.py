@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 
 import pytest
-from conftest import dir_bytes, drip, endless, http_head, send
+from conftest import answer_file, dir_bytes, drip, endless, http_head, reply, send, weights_options
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _net as net
 from ansible_collections.ttfleet.inference.plugins.module_utils import _weights as weights
@@ -34,11 +33,6 @@ def manifest(files=None):
     }
 
 
-def reply(conn, body, status=200, headers=None):
-    body = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return send(conn, http_head(status, {"Content-Type": "application/json", **(headers or {})}, len(body)) + body)
-
-
 def peer_script(listing=None, files=None):
     """A peer serving ``listing`` (a manifest, or a script) and ``files`` ({path: bytes or a script}) under its
     token; anything else is 404, as weights_server answers."""
@@ -51,11 +45,7 @@ def peer_script(listing=None, files=None):
         if rel == weights.MANIFEST_NAME:
             listing(conn, req, srv) if callable(listing) else reply(conn, listing)
         elif rel in files:
-            body = files[rel]
-            if callable(body):
-                body(conn, req, srv)
-            else:
-                send(conn, http_head(200, {"Content-Type": "application/octet-stream"}, len(body)) + body)
+            answer_file(conn, req, srv, files[rel])
         else:
             reply(conn, b"not found", 404)
 
@@ -63,21 +53,8 @@ def peer_script(listing=None, files=None):
 
 
 def opts(tmp_path, server, **extra):
-    options = {
-        "dest": str(tmp_path / "vol" / "weights" / "M"),
-        "source": "peer",
-        "repo_id": REPO,
-        "revision": REVISION,
-        "peer_url": f"{server.url}/{PEER_TOKEN}/",
-        "owner": os.getuid(),
-        "group": os.getgid(),
-        "disk_margin_gb": 0,
-        "host": "lab-1",
-        "timeout": 5,
-        "ignore_patterns": [],
-    }
-    options.update(extra)
-    return options
+    return weights_options(tmp_path, source="peer", repo_id=REPO, revision=REVISION,
+                           peer_url=f"{server.url}/{PEER_TOKEN}/", **extra)
 
 
 def file_requests(server):

@@ -8,7 +8,6 @@ import subprocess
 import time
 
 import pytest
-
 from conftest import ROOT, drip, http_head
 
 SCRIPT = os.path.join(ROOT, "roles", "inference_server", "files", "install-release.sh")
@@ -33,8 +32,8 @@ def test_a_stalled_git_origin_ends_at_the_fetch_timeout(tmp_path, hostile, behav
         if behaviour == "silent":
             server.stop.wait(30)
         else:
-            drip(conn, http_head(200, {"Content-Type": "application/x-git-upload-pack-advertisement"}) + b"001e# service",
-                 every=1.0, stop=server.stop)
+            advertisement = {"Content-Type": "application/x-git-upload-pack-advertisement"}
+            drip(conn, http_head(200, advertisement) + b"001e# service", every=1.0, stop=server.stop)
 
     server = hostile(script)
     url = f"{server.url}/tenstorrent/tt-inference-server.git?token=s3cr3t-in-url"
