@@ -616,6 +616,8 @@ class HttpStore:
             self._port = target_parts.port
         except ValueError:
             raise KernelError(f"store_url {self.shown} has no usable port") from None
+        if not target_parts.hostname:
+            raise KernelError(f"store_url {self.shown} names no host; give one, for example http://peer-host:8765/")
         self._scheme = target_parts.scheme.lower()
         self._host = target_parts.hostname
         self._base = target_parts.path

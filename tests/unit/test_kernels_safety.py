@@ -442,3 +442,10 @@ def test_deploy_from_a_store_under_a_path_token(tmp_path):
         with pytest.raises(k.KernelError) as info:
             k.deploy(opts(tmp_path / "d", required=True), k.HttpStore(f"http://127.0.0.1:{port}/{'0' * 32}/"))
         assert "0" * 32 not in str(info.value)
+
+
+@pytest.mark.parametrize("url", ["http://:8080/", "http://user@/", "http://user:pw@:8080/x/"])
+def test_a_store_url_without_a_host_is_refused_by_name(url):
+    with pytest.raises(k.KernelError, match="names no host") as err:
+        k.HttpStore(url)
+    assert "pw" not in str(err.value)
