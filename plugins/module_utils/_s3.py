@@ -221,9 +221,12 @@ def parse_list(body, limit=None):
                 name = _strip_ns(elem.tag)
                 if name == "Contents":
                     size = _text(elem, "Size", "0")
+                    key = _text(elem, "Key")
+                    if not key:
+                        raise S3Error("the server sent a ListObjectsV2 entry without a Key; refused")
                     objects.append(
                         {
-                            "key": _text(elem, "Key"),
+                            "key": key,
                             "size": int(size) if size.isdigit() else 0,
                             "etag": (_text(elem, "ETag") or "").strip('"'),
                             "last_modified": _text(elem, "LastModified"),

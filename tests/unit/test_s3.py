@@ -120,6 +120,10 @@ def test_parse_list_pages_and_errors():
     assert token == "tok/1="
     with pytest.raises(S3Error, match="NextContinuationToken"):
         s3.parse_list(b"<ListBucketResult><IsTruncated>true</IsTruncated></ListBucketResult>")
+    # A broken or hostile endpoint's entry without a key is a clear error, not a TypeError in the callers.
+    for entry in (b"<Contents><Size>1</Size></Contents>", b"<Contents><Key></Key><Size>1</Size></Contents>"):
+        with pytest.raises(S3Error, match="entry without a Key"):
+            s3.parse_list(b"<ListBucketResult>" + entry + b"</ListBucketResult>")
     assert s3.parse_error(b"<Error><Code>NoSuchKey</Code><Message>gone</Message></Error>") == ("NoSuchKey", "gone")
     assert s3.parse_error(b"not xml") == (None, None)
 
