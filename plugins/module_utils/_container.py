@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
+from typing import TYPE_CHECKING
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
     CONTAINER_CACHE_ROOT,
@@ -34,6 +35,23 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
     parse_version_tuple,
     volume_name,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+    from typing import Any, TypedDict
+
+    JSON = dict[str, Any]
+
+    class Rules(TypedDict):
+        """The release-dependent rules of ``_rules``."""
+
+        split_publish: bool
+        media_spec_env: bool
+        cpp_needs_device: bool
+        media_hf_home: bool
+        dev_app_dirs: tuple[str, ...]
+        dev_media_model_types: tuple[str, ...]
+
 
 DEFAULT_PORT = 8000
 # Accepted bandit B104: run.py's own default (--bind-host), kept for parity.
@@ -96,11 +114,11 @@ _NAME_BAD = re.compile(r"[^a-zA-Z0-9_.-]+")
 _MAX_NAME = 128
 
 
-def _rules(release_version):
+def _rules(release_version: object) -> Rules:
     """Which release-dependent rules apply; an unknown release gets the newest ones."""
     released = parse_version_tuple(release_version)
 
-    def since(first):
+    def since(first: tuple[int, int, int]) -> bool:
         return released is None or released >= first
 
     return {
@@ -119,7 +137,7 @@ def _rules(release_version):
 # Input checks
 
 
-def sanitise_name(value):
+def sanitise_name(value: object) -> str:
     """A Docker container name made from ``value``: runs of other characters become ``-``.
 
     The result also names the env file, so it never holds ``/`` or starts with ``.`` or ``-``.
@@ -134,13 +152,13 @@ def sanitise_name(value):
     return text
 
 
-def default_name(model_name, device, port):
+def default_name(model_name: str, device: str, port: int | str) -> str:
     """Stable container name ``tt-<model_name>-<device>[-<port>]`` (the port only when not 8000)."""
     suffix = f"-{port}" if int(port) != DEFAULT_PORT else ""
     return sanitise_name(f"tt-{model_name}-{device}{suffix}".lower())
 
 
-def _absolute_path(value, option, mount=False):
+def _absolute_path(value: object, option: str, mount: bool = False) -> str:
     if not isinstance(value, str) or not value or _CONTROL_CHARS.search(value):
         raise SpecError(f"{option} {value!r} must be an absolute path without control characters.")
     path = os.path.expanduser(value)
@@ -157,14 +175,14 @@ def _absolute_path(value, option, mount=False):
     return path
 
 
-def _token(value, option, example):
+def _token(value: object, option: str, example: str) -> str:
     text = str(value) if value is not None else ""
     if not text or not _TOKEN.match(text) or text.startswith("-"):
         raise SpecError(f"{option} {value!r} is not valid; give a single word such as {example}.")
     return text
 
 
-def _port(value):
+def _port(value: int | str) -> int:
     try:
         port = int(value)
     except (TypeError, ValueError):
@@ -174,8 +192,8 @@ def _port(value):
     return port
 
 
-def _device_ids(values):
-    ids = []
+def _device_ids(values: Iterable[int] | None) -> list[int]:
+    ids: list[int] = []
     for value in values or ():
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise SpecError(
@@ -185,7 +203,7 @@ def _device_ids(values):
     return ids
 
 
-def _legacy_message(derived, image, version, release):
+def _legacy_message(derived: Mapping[str, Any], image: str, version: str, release: str) -> str:
     commits = ", ".join(
         f"{label} {commit}"
         for label, commit in (("tt-metal", derived["tt_metal_commit"]), ("vLLM", derived["vllm_commit"]))
@@ -206,7 +224,7 @@ def _legacy_message(derived, image, version, release):
 # The command
 
 
-def _is_cpp(derived, rules):
+def _is_cpp(derived: Mapping[str, Any], rules: Rules) -> bool:
     """Whether run.py starts the spec in the media image's C++ server (_is_cpp_media_spec)."""
     cpp = derived["inference_engine"] == "media" and derived["model_name"] in CPP_SDXL_RUNNERS
     if cpp and rules["cpp_needs_device"]:
@@ -214,9 +232,9 @@ def _is_cpp(derived, rules):
     return cpp
 
 
-def _media_env(spec, derived, rules):
+def _media_env(spec: Mapping[str, Any], derived: Mapping[str, Any], rules: Rules) -> dict[str, str]:
     """Environment run.py adds for media and forge images, in its order."""
-    env = {}
+    env: dict[str, str] = {}
     device = derived["device"]
     cpp = _is_cpp(derived, rules)
     if rules["media_spec_env"]:
@@ -252,7 +270,13 @@ def _media_env(spec, derived, rules):
     return env
 
 
-def _dev_mounts(catalog, spec, derived, rules, runtime_spec_file):
+def _dev_mounts(
+    catalog: Mapping[str, Any],
+    spec: Mapping[str, Any],
+    derived: Mapping[str, Any],
+    rules: Rules,
+    runtime_spec_file: str | None,
+) -> tuple[list[str], str]:
     """``--mount`` arguments of run.py --dev-mode and the container path of the runtime spec JSON."""
     checkout = catalog.get("checkout")
     if not checkout:
@@ -290,7 +314,7 @@ def _dev_mounts(catalog, spec, derived, rules, runtime_spec_file):
     return mounts, spec_in_container
 
 
-def _runtime_model_spec(spec, port):
+def _runtime_model_spec(spec: Mapping[str, Any], port: int) -> JSON:
     """The spec as run.py --dev-mode writes it for the container (ModelSpec.apply_overrides: port)."""
     runtime = dict(spec)
     dms = dict(runtime.get("device_model_spec") or {})
@@ -300,20 +324,20 @@ def _runtime_model_spec(spec, port):
 
 
 def container_command(
-    spec,
-    catalog=None,
-    volume_root=None,
-    port=DEFAULT_PORT,
-    bind_host=DEFAULT_BIND_HOST,
-    device_ids=None,
-    no_auth=False,
-    image=None,
-    image_user=DEFAULT_IMAGE_USER,
-    env_file=None,
-    name=None,
-    host_weights_dir=None,
-    runtime_spec_file=None,
-):
+    spec: Mapping[str, Any],
+    catalog: Mapping[str, Any] | None = None,
+    volume_root: str | None = None,
+    port: int | str = DEFAULT_PORT,
+    bind_host: str = DEFAULT_BIND_HOST,
+    device_ids: Iterable[int] | None = None,
+    no_auth: bool = False,
+    image: str | None = None,
+    image_user: str | None = DEFAULT_IMAGE_USER,
+    env_file: str | None = None,
+    name: str | None = None,
+    host_weights_dir: str | None = None,
+    runtime_spec_file: str | None = None,
+) -> JSON:
     """The ``docker run`` argv that serves ``spec``, as run.py --docker-server prints it.
 
     Returns a dict with ``argv``, ``image``, ``container_name``, ``env_file``, ``version`` (after an
@@ -392,7 +416,7 @@ def container_command(
     else:
         volume = named_volume(derived["impl_id"], derived["model_name"])
         argv += ["--volume", f"{volume}:{CONTAINER_CACHE_ROOT}"]
-    env = {}
+    env: dict[str, str] = {}
     if weights_dir:
         weights_mount = f"{READONLY_WEIGHTS_MOUNT}/{posixpath.basename(weights_dir)}"
         argv += ["--mount", f"type=bind,src={weights_dir},dst={weights_mount},readonly"]
@@ -404,7 +428,7 @@ def container_command(
         env.update(_media_env(spec, derived, rules))
         if no_auth and rules["media_spec_env"]:
             env["NO_AUTH"] = "1"
-    runtime_model_spec = None
+    runtime_model_spec: JSON | None = None
     if dev:
         mounts, env["RUNTIME_MODEL_SPEC_JSON_PATH"] = _dev_mounts(catalog, spec, derived, rules, runtime_spec_file)
         argv += mounts

@@ -20,8 +20,17 @@ import os
 import re
 import socket
 import subprocess
+from typing import TYPE_CHECKING, Any
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import nearest_existing
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
+    # A dict read from JSON (tt-smi's snapshot) or returned to Ansible as facts.
+    JSON = dict[str, Any]
+    # A sort key of ``version_sort_key``: ``(0, numbers)`` for a version, ``(1, (), text)`` for anything else.
+    VersionSortKey = tuple[int, tuple[int, ...]] | tuple[int, tuple[int, ...], str]
 
 DEFAULT_VOLUME_ROOT = "/var/lib/tt-cache"
 DEFAULT_DOCKER_SOCKET = "/var/run/docker.sock"
@@ -34,7 +43,7 @@ GIB = 1024**3
 
 # workflows/device_utils.py of tt-inference-server v0.20.0: sorted (board type, board count) pairs
 # to the device run.py infers. n300 and p300 are counted per card (two chips each).
-BOARD_TYPE_COUNT_TO_DEVICE = {
+BOARD_TYPE_COUNT_TO_DEVICE: dict[tuple[tuple[str, int], ...], str] = {
     (("n300", 1),): "n300",
     (("n300", 4),): "t3k",
     (("tt-galaxy-wh", 32),): "galaxy",
@@ -73,11 +82,11 @@ class TtSmiError(Exception):
     """tt-smi could not be run or its output could not be read; the message says which."""
 
 
-def _path(root, absolute):
+def _path(root: str | None, absolute: str) -> str:
     return os.path.join(root or "/", absolute.lstrip("/"))
 
 
-def _read_text(path, limit=1 << 20):
+def _read_text(path: str, limit: int = 1 << 20) -> str | None:
     try:
         with open(path, "rb") as handle:
             return handle.read(limit).decode("utf-8", "replace")
@@ -85,7 +94,7 @@ def _read_text(path, limit=1 << 20):
         return None
 
 
-def _read_int(path):
+def _read_int(path: str) -> int | None:
     text = _read_text(path, 64)
     try:
         return int(text.strip()) if text is not None else None
@@ -93,12 +102,12 @@ def _read_int(path):
         return None
 
 
-def _read_attribute(path):
+def _read_attribute(path: str) -> str | None:
     text = _read_text(path, 4096)
     return (text.strip() or None) if text is not None else None
 
 
-def _available(value):
+def _available(value: Any) -> Any:
     return None if value in _NOT_AVAILABLE else value
 
 
@@ -106,7 +115,7 @@ def _available(value):
 # tt-smi
 
 
-def find_tt_smi(name, path_env=None, extra_dirs=TT_SMI_DIRS):
+def find_tt_smi(name: str | None, path_env: str | None = None, extra_dirs: Iterable[str] = TT_SMI_DIRS) -> str | None:
     """Absolute path of the tt-smi executable, or None.
 
     A name with a ``/`` is used as given; a bare name is looked up in ``path_env`` (PATH) and
@@ -125,7 +134,7 @@ def find_tt_smi(name, path_env=None, extra_dirs=TT_SMI_DIRS):
     return None
 
 
-def parse_tt_smi_output(text):
+def parse_tt_smi_output(text: str | None) -> JSON:
     """The snapshot dict of ``tt-smi -s`` output; text before the JSON object is ignored."""
     text = text or ""
     start = text.find("{")
@@ -140,12 +149,12 @@ def parse_tt_smi_output(text):
     return data
 
 
-def _last_line(text):
+def _last_line(text: str | None) -> str:
     lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
     return lines[-1] if lines else "no output"
 
 
-def run_tt_smi(executable, timeout=30):
+def run_tt_smi(executable: str, timeout: float = 30) -> JSON:
     """Run ``tt-smi -s`` and return its snapshot; raises TtSmiError with the reason."""
     try:
         # Accepted bandit B603: a fixed argv: the tt-smi path the operator set, and -s.
@@ -169,7 +178,7 @@ def run_tt_smi(executable, timeout=30):
     return parse_tt_smi_output(stdout)
 
 
-def normalise_board_type(board_type):
+def normalise_board_type(board_type: object) -> tuple[str, bool]:
     """``(type, remote)`` of a tt-smi board type.
 
     ``"n300 R"`` -> ``("n300", True)``, ``"p150a"`` -> ``("p150", False)``.
@@ -186,9 +195,9 @@ def normalise_board_type(board_type):
     return base, len(words) > 1 and words[1] == "r"
 
 
-def boards_from_snapshot(data):
+def boards_from_snapshot(data: Mapping[str, Any]) -> list[JSON]:
     """One dict per ``device_info`` entry (one per chip) of a tt-smi snapshot."""
-    boards = []
+    boards: list[JSON] = []
     for index, info in enumerate(data.get("device_info") or []):
         if not isinstance(info, dict):
             continue
@@ -211,22 +220,22 @@ def boards_from_snapshot(data):
     return boards
 
 
-def chip_counts(boards):
+def chip_counts(boards: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     """Chips per normalised board type."""
-    counts = {}
+    counts: dict[str, int] = {}
     for board in boards:
         if board["type"]:
             counts[board["type"]] = counts.get(board["type"], 0) + 1
     return counts
 
 
-def board_counts(boards):
+def board_counts(boards: Iterable[Mapping[str, Any]]) -> tuple[dict[str, int], list[str]]:
     """``(counts, problems)``: boards per type, n300 and p300 chips paired into cards as upstream does.
 
     A two-chip type with an odd chip count is left out of ``counts`` and explained in ``problems``.
     """
-    counts = {}
-    problems = []
+    counts: dict[str, int] = {}
+    problems: list[str] = []
     for board_type, chips in sorted(chip_counts(boards).items()):
         if board_type in TWO_CHIP_BOARDS:
             if chips % 2:
@@ -242,7 +251,7 @@ def board_counts(boards):
     return counts, problems
 
 
-def implied_device(boards):
+def implied_device(boards: Sequence[Mapping[str, Any]]) -> tuple[str | None, str | None]:
     """``(device, reason)``: the tt-inference-server device these boards make, or None and why not."""
     if not boards:
         return None, "no Tenstorrent boards found"
@@ -261,7 +270,7 @@ def implied_device(boards):
     return device, None
 
 
-def board_arch(boards):
+def board_arch(boards: Iterable[Mapping[str, Any]]) -> str | None:
     """``Wormhole``, ``Blackhole`` (or ``Grayskull``) when all boards agree, ``mixed``, or None."""
     archs = {board["arch"] for board in boards if board["arch"]}
     if not archs:
@@ -273,18 +282,18 @@ def board_arch(boards):
 # Versions
 
 
-def version_sort_key(text):
+def version_sort_key(text: object) -> VersionSortKey:
     """Numeric sort key of a dotted version (``80.17.0.0``); unparseable text sorts last."""
     numbers = re.findall(r"\d+", str(text).split("-", 1)[0])
     return (0, tuple(int(n) for n in numbers)) if numbers else (1, (), str(text))
 
 
-def firmware_versions(boards):
+def firmware_versions(boards: Iterable[Mapping[str, Any]]) -> list[Any]:
     """Distinct firmware bundle versions of the boards, lowest first."""
     return sorted({b["fw_bundle_version"] for b in boards if b["fw_bundle_version"]}, key=version_sort_key)
 
 
-def kmd_from_driver(driver):
+def kmd_from_driver(driver: object) -> str | None:
     """Version in tt-smi's ``host_info.Driver`` (``TT-KMD 2.4.1``, ``TTKMD 1.27.1``), or None."""
     if not isinstance(driver, str):
         return None
@@ -292,7 +301,7 @@ def kmd_from_driver(driver):
     return match.group(1) if match else None
 
 
-def read_kmd_sysfs(root="/"):
+def read_kmd_sysfs(root: str | None = "/") -> str | None:
     """Version of the loaded tenstorrent kernel module, or None when it is not loaded."""
     text = _read_text(_path(root, "/sys/module/tenstorrent/version"), 256)
     text = text.strip() if text else ""
@@ -303,7 +312,7 @@ def read_kmd_sysfs(root="/"):
 # Device nodes, sysfs, hugepages, IOMMU, memory, disk
 
 
-def device_nodes(root="/"):
+def device_nodes(root: str | None = "/") -> list[str]:
     """``/dev/tenstorrent/<N>`` paths (as on the host, without ``root``), in numeric order."""
     directory = _path(root, "/dev/tenstorrent")
     try:
@@ -313,14 +322,14 @@ def device_nodes(root="/"):
     return [f"/dev/tenstorrent/{name}" for name in sorted((n for n in names if n.isdigit()), key=int)]
 
 
-def sysfs_devices(root="/"):
+def sysfs_devices(root: str | None = "/") -> list[JSON]:
     """What the KMD reports per PCIe device under ``/sys/class/tenstorrent``."""
     directory = _path(root, "/sys/class/tenstorrent")
     try:
         names = os.listdir(directory)
     except OSError:
         return []
-    devices = []
+    devices: list[JSON] = []
     for name in names:
         number = name.rsplit("!", 1)[-1]
         if not number.isdigit():
@@ -337,9 +346,9 @@ def sysfs_devices(root="/"):
     return sorted(devices, key=lambda device: device["index"])
 
 
-def parse_mounts(text):
+def parse_mounts(text: str | None) -> list[tuple[str, str, str, list[str]]]:
     """``(device, mount point, fs type, options)`` per line of ``/proc/self/mounts``."""
-    mounts = []
+    mounts: list[tuple[str, str, str, list[str]]] = []
     for line in (text or "").splitlines():
         fields = line.split()
         if len(fields) < 4:
@@ -349,17 +358,17 @@ def parse_mounts(text):
     return mounts
 
 
-def _pagesize_option(options):
+def _pagesize_option(options: Iterable[str]) -> str | None:
     for option in options:
         if option.startswith("pagesize="):
             return option.split("=", 1)[1]
     return None
 
 
-def hugepages_1g(root="/", mount_path=HUGEPAGES_MOUNT):
+def hugepages_1g(root: str | None = "/", mount_path: str = HUGEPAGES_MOUNT) -> JSON:
     """1 GiB hugepages: page counts from sysfs and the hugetlbfs mount the containers bind."""
     sysfs = _path(root, HUGEPAGES_1G_SYSFS)
-    result = {
+    result: JSON = {
         "total": _read_int(os.path.join(sysfs, "nr_hugepages")),
         "free": _read_int(os.path.join(sysfs, "free_hugepages")),
         "mounted": False,
@@ -376,7 +385,7 @@ def hugepages_1g(root="/", mount_path=HUGEPAGES_MOUNT):
     return result
 
 
-def iommu(root="/"):
+def iommu(root: str | None = "/") -> JSON:
     """IOMMU groups present and whether the kernel runs with ``iommu=pt`` (as tenstorrent-tools sets)."""
     try:
         groups = len(os.listdir(_path(root, "/sys/kernel/iommu_groups")))
@@ -386,9 +395,9 @@ def iommu(root="/"):
     return {"groups": groups, "enabled": groups > 0, "cmdline_pt": "iommu=pt" in cmdline}
 
 
-def parse_meminfo(text):
+def parse_meminfo(text: str | None) -> dict[str, int]:
     """``/proc/meminfo`` values in kB by field name."""
-    values = {}
+    values: dict[str, int] = {}
     for line in (text or "").splitlines():
         name, sep, rest = line.partition(":")
         fields = rest.split()
@@ -397,20 +406,20 @@ def parse_meminfo(text):
     return values
 
 
-def memory(root="/"):
+def memory(root: str | None = "/") -> tuple[float | None, float | None]:
     """``(total_gb, available_gb)`` in GiB (as tt-inference-server counts), None when unknown."""
     values = parse_meminfo(_read_text(_path(root, "/proc/meminfo")))
 
-    def gib(kb):
+    def gib(kb: int | None) -> float | None:
         return round(kb / (1024 * 1024), 2) if kb is not None else None
 
     return gib(values.get("MemTotal")), gib(values.get("MemAvailable"))
 
 
-def disk(volume_root):
+def disk(volume_root: str) -> JSON:
     """Free and total space (GiB) of the filesystem that holds (or will hold) ``volume_root``."""
     path = nearest_existing(volume_root)
-    result = {"volume_root": volume_root, "path": path, "free_gb": None, "total_gb": None, "error": None}
+    result: JSON = {"volume_root": volume_root, "path": path, "free_gb": None, "total_gb": None, "error": None}
     try:
         st = os.statvfs(path)
     except OSError as exc:
@@ -426,11 +435,11 @@ def disk(volume_root):
 
 
 class _UnixHTTPConnection(http.client.HTTPConnection):
-    def __init__(self, socket_path, timeout):
+    def __init__(self, socket_path: str, timeout: float) -> None:
         super().__init__("localhost", timeout=timeout)
         self.socket_path = socket_path
 
-    def connect(self):
+    def connect(self) -> None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(self.timeout)
         try:
@@ -441,9 +450,9 @@ class _UnixHTTPConnection(http.client.HTTPConnection):
         self.sock = sock
 
 
-def docker_engine(socket_path=DEFAULT_DOCKER_SOCKET, timeout=5.0):
+def docker_engine(socket_path: str = DEFAULT_DOCKER_SOCKET, timeout: float = 5.0) -> JSON:
     """Ask the Docker engine ``GET /version`` over its unix socket (no docker CLI needed)."""
-    result = {"socket": socket_path, "reachable": False, "version": None, "api_version": None, "error": None}
+    result: JSON = {"socket": socket_path, "reachable": False, "version": None, "api_version": None, "error": None}
     if not os.path.exists(socket_path):
         result["error"] = f"{socket_path} does not exist (Docker engine not installed or not running)"
         return result
@@ -481,15 +490,15 @@ def docker_engine(socket_path=DEFAULT_DOCKER_SOCKET, timeout=5.0):
 
 
 def assemble(
-    snapshot=None,
-    tt_smi_error=None,
-    tt_smi_path=None,
-    root="/",
-    volume_root=DEFAULT_VOLUME_ROOT,
-    declared_device=None,
-    docker=None,
-    hostname=None,
-):
+    snapshot: Mapping[str, Any] | None = None,
+    tt_smi_error: str | None = None,
+    tt_smi_path: str | None = None,
+    root: str | None = "/",
+    volume_root: str = DEFAULT_VOLUME_ROOT,
+    declared_device: str | None = None,
+    docker: JSON | None = None,
+    hostname: str | None = None,
+) -> JSON:
     """The ``tt`` facts dict from a tt-smi snapshot (or its error) and the host tree under ``root``."""
     snapshot = snapshot or {}
     host_info = snapshot.get("host_info") or {}
@@ -540,14 +549,14 @@ def assemble(
 
 
 def gather(
-    tt_smi="tt-smi",
-    volume_root=DEFAULT_VOLUME_ROOT,
-    declared_device=None,
-    docker_socket=DEFAULT_DOCKER_SOCKET,
-    timeout=30,
-    path_env=None,
-    root="/",
-):
+    tt_smi: str = "tt-smi",
+    volume_root: str = DEFAULT_VOLUME_ROOT,
+    declared_device: str | None = None,
+    docker_socket: str = DEFAULT_DOCKER_SOCKET,
+    timeout: float = 30,
+    path_env: str | None = None,
+    root: str | None = "/",
+) -> JSON:
     """Run tt-smi, ask Docker and read the host tree; never raises for a missing tool or driver."""
     executable = find_tt_smi(tt_smi, path_env)
     snapshot = None

@@ -16,15 +16,26 @@ once, and each host pulls a model from at most one peer.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
-def model_key(entry):
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+    from typing import Any
+
+    Entry = Mapping[str, Any]
+    ModelKey = tuple[str, str, str]
+
+
+def model_key(entry: Entry) -> ModelKey | None:
     """The (site, repository, revision) a work entry shares with its peers, or None when it cannot be shared."""
     if not entry.get("shareable") or not entry.get("repo_id") or not entry.get("revision"):
         return None
     return (str(entry.get("site") or "default"), entry["repo_id"], entry["revision"])
 
 
-def fanout(work_by_host, play_hosts):
+def fanout(
+    work_by_host: Mapping[str, Iterable[Entry] | None], play_hosts: Iterable[str]
+) -> dict[str, dict[str, dict[str, Any]]]:
     """Assign a role per host and model.
 
     ``work_by_host``: ``{host: [entry, ...]}``, each entry a dict with ``model``, ``repo_id``, ``revision``,
@@ -33,8 +44,8 @@ def fanout(work_by_host, play_hosts):
     done, seed, pull, origin; ``peer`` names the holder of a pull; ``serve`` lists the hosts a holder serves.
     """
     order = [host for host in play_hosts if host in work_by_host]
-    result = {host: {} for host in order}
-    groups = {}
+    result: dict[str, dict[str, dict[str, Any]]] = {host: {} for host in order}
+    groups: dict[ModelKey, list[tuple[str, Entry]]] = {}
     for host in order:
         for entry in work_by_host[host] or []:
             key = model_key(entry)
@@ -59,7 +70,7 @@ def fanout(work_by_host, play_hosts):
     return result
 
 
-def _model_of(members, host):
+def _model_of(members: list[tuple[str, Entry]], host: str) -> str:
     for member, entry in members:
         if member == host:
             return entry["model"]

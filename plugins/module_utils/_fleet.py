@@ -5,16 +5,22 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
-def _short_name(name):
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+    from typing import Any
+
+
+def _short_name(name: object) -> str:
     return str(name).rsplit("/", 1)[-1]
 
 
-def _present(models):
+def _present(models: Iterable[Mapping[str, Any]] | None) -> list[Mapping[str, Any]]:
     return [m for m in models or [] if (m.get("state") or "present") == "present"]
 
 
-def model_conflicts(models):
+def model_conflicts(models: Iterable[Mapping[str, Any]] | None) -> list[str]:
     """Messages for served models that clash: the same model twice on shared devices, or a port twice.
 
     Entries without ``port`` serve on 8000 + their position (role serve), which checks those ports.
@@ -23,7 +29,7 @@ def model_conflicts(models):
     its own ``device_ids`` and ``port``; an instance without ``device_ids`` takes every device.
     """
     present = _present(models)
-    problems = []
+    problems: list[str] = []
     for index, first in enumerate(present):
         for second in present[index + 1 :]:
             if _short_name(first["name"]) != _short_name(second["name"]):
@@ -36,7 +42,7 @@ def model_conflicts(models):
                     f"model {_short_name(first['name'])} is listed twice on {where}: give each instance its own "
                     "device_ids (and port), or drop one entry"
                 )
-    ports = {}
+    ports: dict[int, list[str]] = {}
     for model in present:
         port = model.get("port")
         if port is None:

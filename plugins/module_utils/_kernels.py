@@ -40,6 +40,7 @@ import threading
 import time
 import urllib.error
 import urllib.parse
+from typing import TYPE_CHECKING, cast
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _net as net
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Error, hide_userinfo
@@ -69,6 +70,56 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._spec import tt_metal_cache_subdir
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights import Progress
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from typing import IO, Any, BinaryIO, NoReturn, ParamSpec, Protocol, TypeAlias, TypedDict, TypeVar
+
+    from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client
+
+    _P = ParamSpec("_P")
+    _R = TypeVar("_R")
+    _T = TypeVar("_T")
+
+    JSON = dict[str, Any]
+    Owner = tuple[int, int]
+    # A scanned entry: (relpath, kind, size, mtime_ns, mode).
+    ScanEntry = tuple[str, str, int, int, int]
+
+    class Key(TypedDict):
+        """A store entry's key, as check_key returns it."""
+
+        model_name: str
+        mesh: str
+        impl_id: str
+        tt_metal_commit: str
+        vllm_commit: str | None
+
+    class Scan(TypedDict):
+        """What scan_cache returns."""
+
+        exists: bool
+        files: int
+        bytes: int
+        newest_mtime: float | None
+        entries: list[ScanEntry]
+        temp: list[str]
+        special: list[str]
+
+    class Unpacked(TypedDict):
+        """What unpack returns."""
+
+        sha256: str
+        archive_bytes: int
+        files: int
+        bytes: int
+
+    class Reader(Protocol):
+        """A binary source read by blocks: an open file, a _Body."""
+
+        def read(self, size: int = ..., /) -> bytes: ...
+
+    Store: TypeAlias = "PathStore | HttpStore | S3Store"
 
 KEY_FIELDS = ("model_name", "mesh", "impl_id", "tt_metal_commit", "vllm_commit")
 ARCHIVE_NAME = "kernels.tar.zst"
@@ -116,16 +167,16 @@ LEFT_ALONE = (
 )
 
 
-def _refusal(exc, fix=LEFT_ALONE):
+def _refusal(exc: SafeFileError, fix: str = LEFT_ALONE) -> KernelError:
     """The KernelError of a path that module_utils._safefile refused, naming the path and the fix."""
     return KernelError(f"{exc.path} {exc.reason}. Fix: {fix}")
 
 
-def _refusing(func):
+def _refusing(func: Callable[_P, _R]) -> Callable[_P, _R]:
     """Any SafeFileError not turned into a more specific KernelError on the way becomes one naming the path."""
 
     @functools.wraps(func)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         try:
             return func(*args, **kwargs)
         except SafeFileError as exc:
@@ -138,9 +189,9 @@ def _refusing(func):
 # Keys and paths
 
 
-def check_key(key):
+def check_key(key: Mapping[str, Any]) -> Key:
     """The key with every field checked; vllm_commit may be empty (media and forge engines have none)."""
-    checked = {}
+    checked: dict[str, str | None] = {}
     for field in KEY_FIELDS:
         value = key.get(field)
         value = "" if value is None else str(value)
@@ -154,10 +205,11 @@ def check_key(key):
                 f"{field} {value!r} is not usable as a store path component: letters, digits and . _ + , ( ) - only"
             )
         checked[field] = value
-    return checked
+    # Every field of KEY_FIELDS is set above, a str (vllm_commit: or None).
+    return cast("Key", checked)
 
 
-def key_text(key):
+def key_text(key: Mapping[str, Any]) -> str:
     vllm = key.get("vllm_commit") or NO_VLLM
     return (
         f"{key['model_name']} on {key['mesh']} ({key['impl_id']}, tt_metal_commit {key['tt_metal_commit']}, "
@@ -165,29 +217,29 @@ def key_text(key):
     )
 
 
-def entry_parts(key):
+def entry_parts(key: Key) -> list[str]:
     """Store path of an entry, relative to the store root."""
     return [key["model_name"], key["mesh"], key["impl_id"], key["tt_metal_commit"], key.get("vllm_commit") or NO_VLLM]
 
 
-def cache_path(volume, key):
+def cache_path(volume: str, key: Key) -> str:
     return os.path.join(volume, tt_metal_cache_subdir(key["model_name"], key["mesh"]))
 
 
-def cache_parent(volume, key):
+def cache_parent(volume: str, key: Key) -> str:
     """``<volume>/tt_metal_cache/cache_<model_name>``: the directory holding the caches of all meshes and markers."""
     return os.path.join(volume, "tt_metal_cache", f"cache_{key['model_name']}")
 
 
-def marker_name(key):
+def marker_name(key: Key) -> str:
     return f"{MARKER_PREFIX}{key['mesh']}.json"
 
 
-def marker_path(volume, key):
+def marker_path(volume: str, key: Key) -> str:
     return os.path.join(cache_parent(volume, key), marker_name(key))
 
 
-def _free_space(path):
+def _free_space(path: str) -> tuple[str, int]:
     """``(existing, bytes)``: free bytes on the filesystem of ``path`` or of its nearest existing directory."""
     fd, existing, _missing = open_nearest(path)
     try:
@@ -196,7 +248,7 @@ def _free_space(path):
         os.close(fd)
 
 
-def _open_parent(volume, key, create=False, owner=None):
+def _open_parent(volume: str, key: Key, create: bool = False, owner: Owner | None = None) -> int | None:
     """A descriptor of ``cache_<model_name>`` of the volume; None when it does not exist and ``create`` is off.
 
     Created, a missing volume is root-owned (the volume itself is never given to the container UID) while
@@ -217,7 +269,7 @@ def _open_parent(volume, key, create=False, owner=None):
         ) from None
 
 
-def _open_cache(parent_fd, name, path):
+def _open_cache(parent_fd: int | None, name: str, path: str) -> int | None:
     """A descriptor of the cache directory ``name`` in ``parent_fd`` (None when it is missing); anything but a
     directory there, a link included, is refused."""
     if parent_fd is None:
@@ -234,7 +286,7 @@ def _open_cache(parent_fd, name, path):
         ) from None
 
 
-def key_mismatch(found, wanted):
+def key_mismatch(found: Mapping[str, Any], wanted: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
     """Fields on which two keys differ, as ``[(field, found, wanted)]``."""
     return [
         (field, found.get(field), wanted.get(field))
@@ -243,7 +295,7 @@ def key_mismatch(found, wanted):
     ]
 
 
-def mismatch_text(where, found, wanted):
+def mismatch_text(where: str, found: Mapping[str, Any], wanted: Mapping[str, Any]) -> str:
     diffs = key_mismatch(found, wanted)
     fields = {field for field, _a, _b in diffs}
     parts = [f"{field} {a or NO_VLLM} (wanted {b or NO_VLLM})" for field, a, b in diffs]
@@ -260,15 +312,15 @@ def mismatch_text(where, found, wanted):
 # Looking at a cache on the host
 
 
-def _matches(name, patterns):
+def _matches(name: str, patterns: Iterable[str]) -> bool:
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
 
 
-def _empty_scan():
+def _empty_scan() -> Scan:
     return {"exists": False, "files": 0, "bytes": 0, "newest_mtime": None, "entries": [], "temp": [], "special": []}
 
 
-def scan_cache(target, temp_patterns=DEFAULT_TEMP_PATTERNS):
+def scan_cache(target: int | str, temp_patterns: Sequence[str] = DEFAULT_TEMP_PATTERNS) -> Scan:
     """Regular files and directories under ``target``, a directory descriptor or a path (links are not followed).
 
     Returns ``{"exists", "files", "bytes", "newest_mtime", "entries", "temp", "special"}`` where
@@ -308,7 +360,7 @@ def scan_cache(target, temp_patterns=DEFAULT_TEMP_PATTERNS):
     return result
 
 
-def completeness_problems(scan, path, quiet_seconds=0, now=None):
+def completeness_problems(scan: Scan, path: str, quiet_seconds: float = 0, now: float | None = None) -> list[str]:
     """Why the scanned cache is not complete (empty when it is).
 
     Complete means: the directory exists, holds at least one non-empty regular file, holds nothing but
@@ -336,11 +388,11 @@ def completeness_problems(scan, path, quiet_seconds=0, now=None):
     return problems
 
 
-def json_bytes(data):
+def json_bytes(data: Mapping[str, Any]) -> bytes:
     return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
 
 
-def _json_object(raw, where, fix):
+def _json_object(raw: bytes, where: str, fix: str) -> JSON:
     """The JSON object in ``raw`` (a manifest read from a store); KernelError naming ``where`` and ``fix``."""
     try:
         data = json.loads(raw)
@@ -355,7 +407,15 @@ def _json_object(raw, where, fix):
 # Stores
 
 
-def build_manifest(key, sha256, archive_bytes, scan, host, evidence, now=None):
+def build_manifest(
+    key: Key,
+    sha256: str,
+    archive_bytes: int,
+    scan: Scan,
+    host: str,
+    evidence: str | None,
+    now: float | None = None,
+) -> JSON:
     return {
         "schema": SCHEMA,
         "kind": KIND,
@@ -372,13 +432,13 @@ def build_manifest(key, sha256, archive_bytes, scan, host, evidence, now=None):
     }
 
 
-def check_manifest(manifest, key, where):
+def check_manifest(manifest: JSON, key: Key, where: str) -> JSON:
     """A store manifest that describes an archive of exactly ``key``; raises otherwise."""
     if manifest.get("kind") != KIND or manifest.get("schema") != SCHEMA:
         raise KernelError(
             f"{where} is not a kernel cache manifest of schema {SCHEMA}; remove the entry and harvest again"
         )
-    found = manifest.get("key") if isinstance(manifest.get("key"), dict) else {}
+    found = cast("dict[str, Any]", manifest.get("key")) if isinstance(manifest.get("key"), dict) else {}
     if key_mismatch(found, key):
         raise KernelError(
             f"{mismatch_text(where, found, key)}; this store entry is misplaced: remove it and harvest again"
@@ -390,7 +450,7 @@ def check_manifest(manifest, key, where):
     return manifest
 
 
-def parse_sha_file(text, where):
+def parse_sha_file(text: str, where: str) -> str:
     fields = text.split()
     if not fields or not _HEX64_RE.match(fields[0].lower()):
         raise KernelError(f"{where} does not start with a sha256; remove the entry and harvest again")
@@ -405,18 +465,18 @@ class PathStore:
 
     kind = "path"
 
-    def __init__(self, root):
+    def __init__(self, root: str) -> None:
         if not root or not os.path.isabs(root):
             raise KernelError(f"store_path {root!r} must be an absolute directory, for example /mnt/kernel-store")
         self.root = os.path.normpath(root)
 
-    def describe(self, key=None):
+    def describe(self, key: Key | None = None) -> str:
         return os.path.join(self.root, *entry_parts(key)) if key else self.root
 
-    def entry_dir(self, key):
+    def entry_dir(self, key: Key) -> str:
         return os.path.join(self.root, *entry_parts(key))
 
-    def _read(self, key, name, limit):
+    def _read(self, key: Key, name: str, limit: int) -> bytes | None:
         """Content of ``name`` in the entry of ``key``; None when the entry or the file is missing."""
         entry = self.entry_dir(key)
         try:
@@ -427,21 +487,21 @@ class PathStore:
         except SafeFileError as exc:
             raise _refusal(exc, f"remove the store entry {entry} and harvest again") from None
 
-    def read_manifest(self, key):
+    def read_manifest(self, key: Key) -> JSON | None:
         raw = self._read(key, MANIFEST_NAME, _MANIFEST_MAX)
         if raw is None:
             return None
         path = os.path.join(self.entry_dir(key), MANIFEST_NAME)
         return _json_object(raw, path, "remove the store entry and harvest again")
 
-    def read_sha(self, key):
+    def read_sha(self, key: Key) -> str:
         path = os.path.join(self.entry_dir(key), SHA_NAME)
         raw = self._read(key, SHA_NAME, 4096)
         if raw is None:
             raise KernelError(f"{path} is missing; remove the entry and harvest again")
         return parse_sha_file(raw.decode("ascii", "replace"), path)
 
-    def open_archive(self, key, size=None):
+    def open_archive(self, key: Key, size: int | None = None) -> BinaryIO:
         """The archive as a file; ``size`` (archive_bytes) is enforced by unpack, which reads exactly that."""
         entry = self.entry_dir(key)
         try:
@@ -455,10 +515,10 @@ class PathStore:
             raise _refusal(exc, f"remove the store entry {entry} and harvest again") from None
         return os.fdopen(fd, "rb")
 
-    def siblings(self, key):
+    def siblings(self, key: Key) -> list[Key]:
         """Keys of complete entries for the same model, mesh and impl_id with other commits."""
         base = os.path.join(self.root, key["model_name"], key["mesh"], key["impl_id"])
-        found = []
+        found: list[Key] = []
         try:
             base_fd = open_dir(base)
         except (OSError, SafeFileError):
@@ -474,7 +534,7 @@ class PathStore:
             os.close(base_fd)
         return [k for k in found if key_mismatch(k, key)]
 
-    def writer(self, key):
+    def writer(self, key: Key) -> _PathWriter:
         return _PathWriter(self, key)
 
 
@@ -483,14 +543,18 @@ class _TempArchive:
     ``prepare`` to ``commit`` or ``abort``. Leftovers of an interrupted run (names starting with ``stale``) go
     first."""
 
-    def __init__(self, directory, hint, stale, dir_mode=DIR_MODE):
+    dir_fd: int | None
+    fd: int | None
+    tmp: str | None
+
+    def __init__(self, directory: str, hint: str, stale: str, dir_mode: int = DIR_MODE) -> None:
         self.directory = directory
         self.hint = hint
         self.stale = stale
         self.dir_mode = dir_mode
         self.dir_fd = self.fd = self.tmp = None
 
-    def prepare(self):
+    def prepare(self) -> int:
         """The descriptor to write the archive to."""
         try:
             self.dir_fd = make_path(self.directory, mode=self.dir_mode)
@@ -504,14 +568,14 @@ class _TempArchive:
             raise
         return self.fd
 
-    def free_bytes(self):
-        return free_bytes(self.dir_fd)
+    def free_bytes(self) -> int:
+        return free_bytes(cast(int, self.dir_fd))  # called between prepare and abort: set
 
-    def abort(self):
+    def abort(self) -> None:
         """Remove the temporary archive (if any) and close the descriptors; safe to call more than once."""
         if self.tmp is not None:
             with contextlib.suppress(OSError):
-                unlink(self.dir_fd, self.tmp)
+                unlink(cast(int, self.dir_fd), self.tmp)  # tmp is only set after dir_fd
             self.tmp = None
         for fd in (self.fd, self.dir_fd):
             if fd is not None:
@@ -522,21 +586,23 @@ class _TempArchive:
 class _PathWriter(_TempArchive):
     """Writes an entry: the archive into a temporary name renamed into place, then the sha, the manifest last."""
 
-    def __init__(self, store, key):
+    def __init__(self, store: PathStore, key: Key) -> None:
         super().__init__(store.entry_dir(key), ARCHIVE_NAME, TEMP_PREFIX)
 
-    def commit(self, sha256, manifest):
+    def commit(self, sha256: str, manifest: JSON) -> None:
+        # Called between prepare and abort: the descriptors and the temporary name are set.
+        dir_fd, fd, tmp = cast(int, self.dir_fd), cast(int, self.fd), cast(str, self.tmp)
         # A replaced entry must never pair the new archive with the old manifest: drop the manifest first.
-        unlink(self.dir_fd, MANIFEST_NAME)
-        set_attrs(self.fd, FILE_MODE)
-        rename(self.dir_fd, self.tmp, ARCHIVE_NAME)
+        unlink(dir_fd, MANIFEST_NAME)
+        set_attrs(fd, FILE_MODE)
+        rename(dir_fd, tmp, ARCHIVE_NAME)
         self.tmp = None
-        write_atomic(self.dir_fd, SHA_NAME, f"{sha256}  {ARCHIVE_NAME}\n".encode(), FILE_MODE)
-        write_atomic(self.dir_fd, MANIFEST_NAME, json_bytes(manifest), FILE_MODE)
+        write_atomic(dir_fd, SHA_NAME, f"{sha256}  {ARCHIVE_NAME}\n".encode(), FILE_MODE)
+        write_atomic(dir_fd, MANIFEST_NAME, json_bytes(manifest), FILE_MODE)
         self.abort()
 
 
-def _split_userinfo(url):
+def _split_userinfo(url: str) -> tuple[str, dict[str, str]]:
     """``(url without user:password@, credential headers)``: HTTP basic credentials of a URL go in a header, sent
     only to that URL's origin."""
     parts = urllib.parse.urlsplit(url)
@@ -554,14 +620,16 @@ class _Body:
     """The body of a store's answer as a file object: a network error, a stall or the end of its deadline is a
     module_utils._net.NetError naming the origin; closing it closes the connection."""
 
-    def __init__(self, resp, conn, deadline, url):
+    def __init__(
+        self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection, deadline: net.Deadline, url: str
+    ) -> None:
         self.resp = resp
         self.conn = conn
         self.deadline = deadline
         self.url = url
         self.headers = resp.headers
 
-    def read(self, size=-1):
+    def read(self, size: int = -1) -> bytes:
         try:
             data = self.resp.read(size)
         except (http.client.HTTPException, OSError, ValueError) as exc:
@@ -569,21 +637,21 @@ class _Body:
         self.deadline.check()
         return data
 
-    def read_capped(self, limit, what):
+    def read_capped(self, limit: int, what: str) -> bytes:
         return net.read_capped(self.resp, limit, what, self.url, self.deadline)
 
-    def close(self):
+    def close(self) -> None:
         self.resp.close()
         self.conn.close()
 
-    def __enter__(self):
+    def __enter__(self) -> _Body:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def _too_slow(deadline):
+def _too_slow(deadline: net.Deadline) -> bool:
     return deadline.expired or deadline.remaining() <= 0
 
 
@@ -596,7 +664,7 @@ class HttpStore:
 
     kind = "http"
 
-    def __init__(self, url, timeout=60, total=REQUEST_TOTAL):
+    def __init__(self, url: str, timeout: float | None = 60, total: float = REQUEST_TOTAL) -> None:
         if not re.match(r"^https?://[^/\s]+", url or ""):
             raise KernelError(f"store_url {url!r} is not an http(s) URL, for example http://peer-host:8765/")
         if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
@@ -624,16 +692,16 @@ class HttpStore:
         self._origin = net.show_origin(target)
 
     @staticmethod
-    def _entry(key, name):
+    def _entry(key: Key, name: str) -> str:
         return "/".join(urllib.parse.quote(p, safe="") for p in [*entry_parts(key), name])
 
-    def _url(self, key, name):
+    def _url(self, key: Key, name: str) -> str:
         return self.url + self._entry(key, name)
 
-    def describe(self, key=None, name=""):
+    def describe(self, key: Key | None = None, name: str = "") -> str:
         return self.shown + self._entry(key, name) if key else self.shown
 
-    def _failure(self, shown, exc, deadline):
+    def _failure(self, shown: str, exc: Exception, deadline: net.Deadline) -> KernelError:
         if _too_slow(deadline):
             return KernelError(
                 f"{shown} did not finish within its {deadline.total:.0f} s limit; the store is too slow or stalled. "
@@ -642,7 +710,7 @@ class HttpStore:
         why = net.describe(exc, deadline, self._origin)
         return KernelError(f"{shown} failed: {why}; check store_url and that the store is serving")
 
-    def _open(self, key, name, missing_ok=False, size=None):
+    def _open(self, key: Key, name: str, missing_ok: bool = False, size: int | None = None) -> _Body | None:
         """A _Body of the entry's file ``name``; None when missing and ``missing_ok``. With ``size``, an answer that
         declares another length is refused."""
         shown = self.describe(key, name)
@@ -652,7 +720,8 @@ class HttpStore:
             deadline = net.Deadline.for_size(size, stall=self.timeout, what="the archive", floor=self.total)
         conn = None
         try:
-            conn = net.connection(self._scheme, self._host, self._port, deadline)
+            # _host is None for a store_url without a host name (http://:8080/), which __init__ lets through.
+            conn = net.connection(self._scheme, self._host, self._port, deadline)  # type: ignore[arg-type]
             conn.request("GET", self._base + self._entry(key, name), headers=self._headers)
             resp = conn.getresponse()
         except (http.client.HTTPException, OSError, ValueError, net.NetError) as exc:
@@ -685,7 +754,7 @@ class HttpStore:
             raise
         return _Body(resp, conn, deadline, self._origin)
 
-    def _read_small(self, key, name, limit, missing_ok=False):
+    def _read_small(self, key: Key, name: str, limit: int, missing_ok: bool = False) -> bytes | None:
         body = self._open(key, name, missing_ok=missing_ok)
         if body is None:
             return None
@@ -695,23 +764,25 @@ class HttpStore:
             except net.NetError as exc:
                 raise self._failure(self.describe(key, name), exc, body.deadline) from None
 
-    def read_manifest(self, key):
+    def read_manifest(self, key: Key) -> JSON | None:
         raw = self._read_small(key, MANIFEST_NAME, net.MAX_JSON_BYTES, missing_ok=True)
         if raw is None:
             return None
         return _json_object(raw, self.describe(key, MANIFEST_NAME), "is store_url a kernel store?")
 
-    def read_sha(self, key):
-        raw = self._read_small(key, SHA_NAME, SHA_MAX)
+    def read_sha(self, key: Key) -> str:
+        # Never None: only missing_ok makes _read_small return None.
+        raw = cast(bytes, self._read_small(key, SHA_NAME, SHA_MAX))
         return parse_sha_file(raw.decode("ascii", "replace"), self.describe(key, SHA_NAME))
 
-    def open_archive(self, key, size=None):
-        return self._open(key, ARCHIVE_NAME, size=size)
+    def open_archive(self, key: Key, size: int | None = None) -> _Body:
+        # Never None: only missing_ok makes _open return None.
+        return cast(_Body, self._open(key, ARCHIVE_NAME, size=size))
 
-    def siblings(self, key):
+    def siblings(self, key: Key) -> list[Key]:
         return []
 
-    def writer(self, key):
+    def writer(self, key: Key) -> NoReturn:
         raise KernelError(f"the http store {self.shown} is read-only; harvest into a path or s3 store")
 
 
@@ -724,7 +795,7 @@ class S3Store:
 
     kind = "s3"
 
-    def __init__(self, client, bucket, prefix="", spool=None):
+    def __init__(self, client: S3Client, bucket: str, prefix: str | None = "", spool: str | None = None) -> None:
         if not bucket:
             raise KernelError("s3_bucket is required for the s3 store, for example kernel-caches")
         self.client = client
@@ -732,20 +803,20 @@ class S3Store:
         self.prefix = (prefix or "").strip("/")
         self.spool = spool
 
-    def _object(self, key, name=""):
+    def _object(self, key: Key, name: str = "") -> str:
         return "/".join(p for p in [self.prefix, *entry_parts(key), name] if p)
 
-    def describe(self, key=None):
+    def describe(self, key: Key | None = None) -> str:
         base = f"s3://{self.bucket}/{self.prefix + '/' if self.prefix else ''}"
         return f"s3://{self.bucket}/{self._object(key)}/" if key else base
 
-    def _call(self, what, func, *args):
+    def _call(self, what: str, func: Callable[..., _T], *args: Any) -> _T:
         try:
             return func(*args)
         except S3Error as exc:
             raise KernelError(f"{what} failed: {exc}; check the s3 endpoint, bucket and credentials") from None
 
-    def _read_small(self, key, name, limit, missing_ok=False):
+    def _read_small(self, key: Key, name: str, limit: int, missing_ok: bool = False) -> bytes | None:
         """The object ``name`` of the entry, refused past ``limit`` bytes; None when missing and ``missing_ok``."""
         obj = self._object(key, name)
         info = self._call(f"HEAD {self.describe(key)}{name}", self.client.head_object, self.bucket, obj)
@@ -764,17 +835,18 @@ class S3Store:
         )
         return raw
 
-    def read_manifest(self, key):
+    def read_manifest(self, key: Key) -> JSON | None:
         raw = self._read_small(key, MANIFEST_NAME, net.MAX_JSON_BYTES, missing_ok=True)
         if raw is None:
             return None
         return _json_object(raw, f"{self.describe(key)}{MANIFEST_NAME}", "remove the entry and harvest again")
 
-    def read_sha(self, key):
-        raw = self._read_small(key, SHA_NAME, SHA_MAX)
+    def read_sha(self, key: Key) -> str:
+        # Never None: only missing_ok makes _read_small return None.
+        raw = cast(bytes, self._read_small(key, SHA_NAME, SHA_MAX))
         return parse_sha_file(raw.decode("ascii", "replace"), f"{self.describe(key)}{SHA_NAME}")
 
-    def open_archive(self, key, size=None):
+    def open_archive(self, key: Key, size: int | None = None) -> _Body:
         """The archive's body, of ``size`` bytes (what the manifest states) or refused before reading."""
         obj = self._object(key, ARCHIVE_NAME)
         resp, _start = self._call(
@@ -782,10 +854,10 @@ class S3Store:
         )
         return _Body(resp, resp.connection_to_close, resp.ttfleet_deadline, net.show_origin(self.client.endpoint))
 
-    def siblings(self, key):
+    def siblings(self, key: Key) -> list[Key]:
         base = "/".join(p for p in [self.prefix, key["model_name"], key["mesh"], key["impl_id"]] if p) + "/"
         listing = self._call(f"listing {self.describe()}", lambda: list(self.client.list_objects(self.bucket, base)))
-        found = []
+        found: list[Key] = []
         for item in listing:
             parts = item["key"][len(base) :].split("/")
             if len(parts) == 3 and parts[2] == MANIFEST_NAME:
@@ -794,7 +866,7 @@ class S3Store:
                 )
         return [k for k in found if key_mismatch(k, key)]
 
-    def writer(self, key):
+    def writer(self, key: Key) -> _S3Writer:
         if not self.spool:
             raise KernelError("the s3 store needs a spool directory on the host to pack the archive in")
         return _S3Writer(self, key)
@@ -804,13 +876,14 @@ class _S3Writer(_TempArchive):
     """Packs into the spool (by default ``<volume>/tt_metal_cache``, a directory the container UID can write) and
     uploads from the descriptor."""
 
-    def __init__(self, store, key):
+    def __init__(self, store: S3Store, key: Key) -> None:
         hint = f"{key['model_name']}-{key['mesh']}.tar.zst"
-        super().__init__(store.spool, hint, f"{TEMP_PREFIX}{hint}.", dir_mode=0o700)
+        # store.spool is set: S3Store.writer refuses to make a writer without one.
+        super().__init__(cast(str, store.spool), hint, f"{TEMP_PREFIX}{hint}.", dir_mode=0o700)
         self.store = store
         self.key = key
 
-    def commit(self, sha256, manifest):
+    def commit(self, sha256: str, manifest: JSON) -> None:
         store, key = self.store, self.key
         try:
             store._call(
@@ -849,7 +922,7 @@ class _S3Writer(_TempArchive):
 # zstd through its program
 
 
-def find_zstd(host):
+def find_zstd(host: str) -> str:
     found = shutil.which("zstd") or next(
         (p for p in ("/usr/bin/zstd", "/usr/local/bin/zstd", "/bin/zstd") if os.access(p, os.X_OK)), None
     )
@@ -861,7 +934,7 @@ def find_zstd(host):
     return found
 
 
-def _tarinfo(name, kind, size, mode):
+def _tarinfo(name: str, kind: str, size: int, mode: int) -> tarfile.TarInfo:
     info = tarfile.TarInfo(name)
     info.uid = info.gid = 0
     info.uname = info.gname = ""
@@ -875,7 +948,7 @@ def _tarinfo(name, kind, size, mode):
     return info
 
 
-def _abort(proc, thread):
+def _abort(proc: subprocess.Popen[bytes], thread: threading.Thread) -> None:
     """Stop a zstd pipe and the thread that feeds or drains it."""
     proc.kill()
     thread.join()
@@ -886,25 +959,36 @@ class _OneDir:
     """The descriptor of one directory below ``base`` at a time, opened by ``opener(base, relpath)``: scanned
     entries and archive members come sorted, so consecutive files mostly share their directory."""
 
-    def __init__(self, base, opener):
+    rel: str | None
+    fd: int | None
+
+    def __init__(self, base: int, opener: Callable[[int, str], int]) -> None:
         self.base = base
         self.opener = opener
         self.rel = self.fd = None
 
-    def get(self, rel):
+    def get(self, rel: str) -> int:
         if self.fd is None or rel != self.rel:
             self.close()
             self.fd = self.opener(self.base, rel)
             self.rel = rel
         return self.fd
 
-    def close(self):
+    def close(self) -> None:
         if self.fd is not None:
             os.close(self.fd)
         self.rel = self.fd = None
 
 
-def pack(cache_fd, scan, out_fd, zstd, level=3, progress=None, where=""):
+def pack(
+    cache_fd: int,
+    scan: Scan,
+    out_fd: int,
+    zstd: str,
+    level: int = 3,
+    progress: Progress | None = None,
+    where: str = "",
+) -> tuple[str, int]:
     """Tar the scanned entries of the directory ``cache_fd`` through ``zstd`` into the file ``out_fd``.
 
     Returns ``(sha256, archive_bytes)``, hashed while written (no second pass). Every file is opened relative to
@@ -917,14 +1001,15 @@ def pack(cache_fd, scan, out_fd, zstd, level=3, progress=None, where=""):
         [zstd, "-q", f"-{int(level)}", "-T0", "-c", "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
     )
     digest = hashlib.sha256()
-    state = {"bytes": 0, "error": None}
+    state: dict[str, Any] = {"bytes": 0, "error": None}
     cache_uid = os.fstat(cache_fd).st_uid
 
-    def drain():
+    def drain() -> None:
         try:
             with os.fdopen(out_fd, "wb", closefd=False) as out:
                 while True:
-                    block = proc.stdout.read(CHUNK)
+                    # stdin and stdout are pipes (subprocess.PIPE): never None.
+                    block = cast("IO[bytes]", proc.stdout).read(CHUNK)
                     if not block:
                         break
                     digest.update(block)
@@ -934,7 +1019,7 @@ def pack(cache_fd, scan, out_fd, zstd, level=3, progress=None, where=""):
                 os.fsync(out_fd)
         except BaseException as exc:  # reported by the main thread
             state["error"] = exc
-            proc.stdout.close()
+            cast("IO[bytes]", proc.stdout).close()
 
     thread = threading.Thread(target=drain, daemon=True)
     thread.start()
@@ -967,7 +1052,7 @@ def pack(cache_fd, scan, out_fd, zstd, level=3, progress=None, where=""):
                     tar.addfile(info, handle)
                 if progress is not None:
                     progress.advance(size, rel)
-        proc.stdin.close()
+        cast("IO[bytes]", proc.stdin).close()
     except BaseException:
         _abort(proc, thread)
         raise
@@ -982,14 +1067,14 @@ def pack(cache_fd, scan, out_fd, zstd, level=3, progress=None, where=""):
     return digest.hexdigest(), state["bytes"]
 
 
-def _member_parts(name):
+def _member_parts(name: str) -> list[str]:
     parts = [p for p in name.split("/") if p not in ("", ".")]
     if not parts or name.startswith("/") or ".." in parts or "\0" in name:
         raise KernelError(f"the archive holds an unsafe member name {name!r}; it was not written by this collection")
     return parts
 
 
-def _read_exact(source, expected, push):
+def _read_exact(source: Reader, expected: int, push: Callable[[bytes], object]) -> int:
     """Pass exactly the first ``expected`` bytes of ``source`` to ``push``; a byte more is refused before it is
     passed on. Returns the bytes passed (fewer when the source ends early)."""
     done = 0
@@ -1007,7 +1092,15 @@ def _read_exact(source, expected, push):
     return done
 
 
-def unpack(source, staging_fd, zstd, max_bytes, owner=None, progress=None, expected=None):
+def unpack(
+    source: Reader,
+    staging_fd: int,
+    zstd: str,
+    max_bytes: int,
+    owner: Owner | None = None,
+    progress: Progress | None = None,
+    expected: int | None = None,
+) -> Unpacked:
     """Extract a .tar.zst stream into the empty directory ``staging_fd``, hashing the stream as it is read.
 
     Only regular files and directories are written (no links, devices or absolute/parent paths), each created
@@ -1022,16 +1115,17 @@ def unpack(source, staging_fd, zstd, max_bytes, owner=None, progress=None, expec
         [zstd, "-q", "-d", "-c", "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
     )
     digest = hashlib.sha256()
-    state = {"bytes": 0, "error": None}
+    state: dict[str, Any] = {"bytes": 0, "error": None}
 
-    def push(block):
+    def push(block: bytes) -> None:
         digest.update(block)
         state["bytes"] += len(block)
-        proc.stdin.write(block)
+        # stdin and stdout are pipes (subprocess.PIPE): never None.
+        cast("IO[bytes]", proc.stdin).write(block)
         if progress is not None:
             progress.advance(len(block), ARCHIVE_NAME)
 
-    def feed():
+    def feed() -> None:
         try:
             if expected is not None:
                 _read_exact(source, expected, push)
@@ -1047,7 +1141,7 @@ def unpack(source, staging_fd, zstd, max_bytes, owner=None, progress=None, expec
             state["error"] = exc
         finally:
             with contextlib.suppress(OSError):
-                proc.stdin.close()
+                cast("IO[bytes]", proc.stdin).close()
 
     thread = threading.Thread(target=feed, daemon=True)
     thread.start()
@@ -1075,12 +1169,13 @@ def unpack(source, staging_fd, zstd, max_bytes, owner=None, progress=None, expec
                     dir_fd=dirs.get("/".join(parts[:-1])),
                 )
                 with os.fdopen(fd, "wb") as out:
-                    shutil.copyfileobj(tar.extractfile(member), out, CHUNK)
+                    # A regular file (member.isfile() above): extractfile never returns None for one.
+                    shutil.copyfileobj(cast("IO[bytes]", tar.extractfile(member)), out, CHUNK)
                     out.flush()
                     set_attrs(fd, mode, owner)
                 files += 1
         # Read to the end, so the hash covers the whole archive (tar pads past its end-of-archive blocks).
-        while proc.stdout.read(CHUNK):
+        while cast("IO[bytes]", proc.stdout).read(CHUNK):
             pass
     except tarfile.TarError as exc:
         _abort(proc, thread)
@@ -1106,13 +1201,13 @@ def unpack(source, staging_fd, zstd, max_bytes, owner=None, progress=None, expec
     return {"sha256": digest.hexdigest(), "archive_bytes": state["bytes"], "files": files, "bytes": total}
 
 
-def _read_failure(error):
+def _read_failure(error: BaseException) -> KernelError:
     if isinstance(error, KernelError):
         return error
     return KernelError(f"reading the archive failed: {error}")
 
 
-def clear_leftovers(parent_fd, mesh):
+def clear_leftovers(parent_fd: int, mesh: str) -> list[str]:
     """Remove the staging directories of an interrupted deploy of ``mesh`` (ours: TEMP_PREFIX + mesh) from
     ``parent_fd``, never following a link in them."""
     prefix = f"{TEMP_PREFIX}{mesh}-"
@@ -1124,7 +1219,7 @@ def clear_leftovers(parent_fd, mesh):
     return names
 
 
-def _make_staging(parent_fd, mesh, parent):
+def _make_staging(parent_fd: int, mesh: str, parent: str) -> tuple[str, int]:
     """``(name, fd)`` of a new root-only directory with a random name in ``parent_fd``: mkdir never reuses an
     existing name, so nothing a user planted becomes the staging directory."""
     for _attempt in range(16):
@@ -1145,7 +1240,7 @@ def _make_staging(parent_fd, mesh, parent):
 # Operations
 
 
-def check_health(url, timeout=10, total=HEALTH_TOTAL):
+def check_health(url: str, timeout: float = 10, total: float = HEALTH_TOTAL) -> str | None:
     """None when ``url`` answers HTTP 200, else the reason. The body is not read; the check stalls for at most
     ``timeout`` seconds and lasts at most ``total``; a broken answer (not HTTP, reset) is a reason, not a crash."""
     shown = net.printable(hide_userinfo(url), 300)
@@ -1163,7 +1258,7 @@ def check_health(url, timeout=10, total=HEALTH_TOTAL):
     return None if status == 200 else f"{shown} answered HTTP {status}"
 
 
-def _marker(parent_fd, volume, key):
+def _marker(parent_fd: int | None, volume: str, key: Key) -> tuple[str, JSON | None]:
     """``(path, data)`` of the marker of ``key``; data is None when there is none. A link, FIFO or other special
     file in its place is refused at once (never opened blocking)."""
     path = marker_path(volume, key)
@@ -1179,13 +1274,13 @@ def _marker(parent_fd, volume, key):
     return path, data
 
 
-def _write_marker(parent_fd, key, data, owner):
+def _write_marker(parent_fd: int, key: Key, data: JSON, owner: Owner | None) -> None:
     """Replace the marker through a random O_EXCL temporary name; owner and mode are set on its descriptor."""
     write_atomic(parent_fd, marker_name(key), json_bytes(data), FILE_MODE, owner)
 
 
 @_refusing
-def harvest(options, store, check_mode=False, now=None):
+def harvest(options: Mapping[str, Any], store: Store, check_mode: bool = False, now: float | None = None) -> JSON:
     """Pack the complete cache of ``options['volume']`` into ``store`` unless the store already holds the key."""
     key = check_key(options)
     host = options.get("host") or socket.gethostname()
@@ -1204,7 +1299,13 @@ def harvest(options, store, check_mode=False, now=None):
                 f"{mismatch_text(f'the kernel cache {where} (recorded in {marker_file})', marker['key'], key)}. "
                 "Fix: harvest with the key of the spec that built it, or warm this host up with the spec to harvest"
             )
-        result = {"changed": False, "action": "none", "cache_path": path, "store": store.describe(key), "key": key}
+        result: JSON = {
+            "changed": False,
+            "action": "none",
+            "cache_path": path,
+            "store": store.describe(key),
+            "key": key,
+        }
         existing = store.read_manifest(key)
         if existing is not None and not force:
             check_manifest(existing, key, f"the store entry {store.describe(key)}")
@@ -1268,8 +1369,11 @@ def harvest(options, store, check_mode=False, now=None):
                     f"of {human_bytes(scan['bytes'])} of cache; free space there"
                 )
             progress = Progress(scan["bytes"], options.get("status_file"))
-            sha, archive_bytes = pack(cache_fd, scan, out_fd, zstd, options.get("level") or 3, progress, path)
-            after = scan_cache(cache_fd, patterns)
+            # Not None here: a missing cache (or cache_<model_name>) fails completeness_problems, which raises above.
+            sha, archive_bytes = pack(
+                cast(int, cache_fd), scan, out_fd, zstd, options.get("level") or 3, progress, path
+            )
+            after = scan_cache(cast(int, cache_fd), patterns)
             if after["entries"] != scan["entries"]:
                 raise KernelError(
                     f"the kernel cache {where} changed while it was packed; harvest again once it is idle"
@@ -1281,7 +1385,7 @@ def harvest(options, store, check_mode=False, now=None):
             writer.abort()
             raise
         _write_marker(
-            parent_fd,
+            cast(int, parent_fd),  # not None: see cache_fd above
             key,
             {
                 "key": manifest["key"],
@@ -1296,7 +1400,7 @@ def harvest(options, store, check_mode=False, now=None):
     return result
 
 
-def dir_state(parent_fd, name, path):
+def dir_state(parent_fd: int | None, name: str, path: str) -> str:
     """``absent``, ``empty`` or ``nonempty`` for the cache directory ``name`` in ``parent_fd`` (None: absent);
     anything but a directory there is an error."""
     fd = _open_cache(parent_fd, name, path)
@@ -1310,7 +1414,7 @@ def dir_state(parent_fd, name, path):
 
 
 @_refusing
-def local_state(options):
+def local_state(options: Mapping[str, Any]) -> JSON:
     """What is at the cache path of the key: ``{"path", "marker_file", "kind", "in_place", "aside", "reason"}``.
 
     ``in_place``: a cache deployed or harvested with this key is there. ``aside``: the cache in the way that a
@@ -1330,7 +1434,14 @@ def local_state(options):
     finally:
         if parent_fd is not None:
             os.close(parent_fd)
-    state = {"path": path, "marker_file": marker_file, "kind": kind, "in_place": False, "aside": None, "reason": None}
+    state: JSON = {
+        "path": path,
+        "marker_file": marker_file,
+        "kind": kind,
+        "in_place": False,
+        "aside": None,
+        "reason": None,
+    }
     if kind != "nonempty":
         return state
     if marker is not None and not key_mismatch(marker["key"], key):
@@ -1354,7 +1465,7 @@ def local_state(options):
     return state
 
 
-def inspect(options):
+def inspect(options: Mapping[str, Any]) -> JSON:
     """Read-only: whether a deploy of the key would change anything, without asking a store."""
     key = check_key(options)
     state = local_state(options)
@@ -1370,7 +1481,7 @@ def inspect(options):
 
 
 @_refusing
-def deploy(options, store, check_mode=False, now=None):
+def deploy(options: Mapping[str, Any], store: Store, check_mode: bool = False, now: float | None = None) -> JSON:
     """Put the store's archive of the key in place at the volume's cache path, verified, staged, renamed."""
     key = check_key(options)
     host = options.get("host") or socket.gethostname()
@@ -1380,7 +1491,7 @@ def deploy(options, store, check_mode=False, now=None):
     path, aside = state["path"], state["aside"]
     parent = os.path.dirname(path)
     mesh = key["mesh"]
-    result = {"changed": False, "action": "none", "cache_path": path, "store": store.describe(key), "key": key}
+    result: JSON = {"changed": False, "action": "none", "cache_path": path, "store": store.describe(key), "key": key}
     if state["reason"]:
         result["reason"] = state["reason"]
         return result
@@ -1430,7 +1541,8 @@ def deploy(options, store, check_mode=False, now=None):
             f"the store entry {store.describe(key)} is inconsistent: {SHA_NAME} says {sha_file}, the manifest "
             f"{manifest['sha256']}; remove the entry and harvest again"
         )
-    parent_fd = _open_parent(volume, key, create=True, owner=owner)
+    # Never None with create: a missing directory is made, a failure raises.
+    parent_fd = cast(int, _open_parent(volume, key, create=True, owner=owner))
     try:
         clear_leftovers(parent_fd, mesh)
         staging, staging_fd = _make_staging(parent_fd, mesh, parent)

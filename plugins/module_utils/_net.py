@@ -31,6 +31,24 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import IO, Protocol, TypeAlias
+
+    # (scheme, host, port) of a URL, as ``origin`` gives it.
+    Origin: TypeAlias = tuple[str, str, int | None]
+
+    class Readable(Protocol):
+        """What ``read_capped`` and ``copy_capped`` read from: a response or a wrapper of one."""
+
+        def read(self, amt: int, /) -> bytes: ...
+
+    # For mypy the mixin is the connection it is mixed into; at run time it stays a plain class.
+    _ConnectionBase = http.client.HTTPConnection
+else:
+    _ConnectionBase = object
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -58,7 +76,7 @@ class NetError(Exception):
     """A network call that failed: refused, too slow, too large, or not speaking the protocol."""
 
 
-def printable(text, limit=512):
+def printable(text: object, limit: int = 512) -> str:
     """``text`` with control characters (ESC, OSC, CR, LF, C1, bidi overrides) shown as escapes, cut at ``limit``."""
     text = "" if text is None else str(text)
     if len(text) > limit:
@@ -66,7 +84,7 @@ def printable(text, limit=512):
     return _UNSAFE_TEXT.sub(lambda m: m.group(0).encode("unicode_escape").decode("ascii"), text)
 
 
-def origin(url):
+def origin(url: str) -> Origin:
     """(scheme, host, port) of ``url``, default ports filled in, host lower-cased."""
     parts = urllib.parse.urlsplit(url)
     scheme = (parts.scheme or "").lower()
@@ -79,7 +97,7 @@ def origin(url):
     return scheme, (parts.hostname or "").lower(), port
 
 
-def show_origin(url):
+def show_origin(url: str) -> str:
     scheme, host, port = origin(url)
     return f"{scheme}://{host}:{port}"
 
@@ -87,7 +105,13 @@ def show_origin(url):
 class Deadline:
     """A stall limit and an overall limit for one network operation (a request, a listing, one file)."""
 
-    def __init__(self, total=DEFAULT_TOTAL, stall=DEFAULT_STALL, what="the request", clock=time.monotonic):
+    def __init__(
+        self,
+        total: float = DEFAULT_TOTAL,
+        stall: float = DEFAULT_STALL,
+        what: str = "the request",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.clock = clock
         self.start = clock()
         self.total = float(total)
@@ -96,64 +120,71 @@ class Deadline:
         self.expired = False
 
     @classmethod
-    def for_size(cls, size, stall=DEFAULT_STALL, what="the transfer", floor=DEFAULT_TOTAL, rate=MIN_RATE):
+    def for_size(
+        cls,
+        size: int | None,
+        stall: float = DEFAULT_STALL,
+        what: str = "the transfer",
+        floor: float = DEFAULT_TOTAL,
+        rate: float = MIN_RATE,
+    ) -> Deadline:
         """A transfer of ``size`` bytes: ``floor`` seconds plus the time it takes at ``rate`` bytes/s."""
         return cls(total=floor + max(0, size or 0) / rate, stall=stall, what=what)
 
-    def remaining(self):
+    def remaining(self) -> float:
         return self.total - (self.clock() - self.start)
 
-    def timeout(self):
+    def timeout(self) -> float:
         """The socket timeout for the next operation: the stall limit, never past the overall limit."""
         left = self.remaining()
         if left <= 0:
             raise self.error()
         return max(0.05, min(self.stall, left))
 
-    def check(self):
+    def check(self) -> None:
         if self.remaining() <= 0:
             raise self.error()
 
-    def error(self):
+    def error(self) -> NetError:
         self.expired = True
         return NetError(f"{self.what} did not finish within its {self.total:.0f} s limit")
 
-    def stalled(self, where=""):
+    def stalled(self, where: str = "") -> NetError:
         return NetError(f"{self.what} stalled: no data for {self.stall:.0f} s{where}")
 
 
 class _Watchdog:
     """Shuts a socket down when its deadline passes, whatever read or write it is blocked in."""
 
-    def __init__(self, sock, deadline):
+    def __init__(self, sock: socket.socket, deadline: Deadline) -> None:
         self.sock = sock
         self.deadline = deadline
         self.timer = threading.Timer(max(0.0, deadline.remaining()), self._fire)
         self.timer.daemon = True
         self.timer.start()
 
-    def _fire(self):
+    def _fire(self) -> None:
         self.deadline.expired = True
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
 
-    def cancel(self):
+    def cancel(self) -> None:
         self.timer.cancel()
 
 
-def watch(sock, deadline):
+def watch(sock: socket.socket, deadline: Deadline) -> _Watchdog:
     """Arm the overall limit of ``deadline`` on ``sock`` and set its per-read timeout to the stall limit."""
     sock.settimeout(deadline.timeout())
     return _Watchdog(sock, deadline)
 
 
-class _Watched:
+class _Watched(_ConnectionBase):
     """Mixin for http.client connections: arm the watchdog as soon as the socket exists."""
 
-    ttfleet_deadline = None
-    ttfleet_watch = None
+    ttfleet_deadline: Deadline | None = None
+    ttfleet_watch: _Watchdog | None = None
 
-    def connect(self):
+    def connect(self) -> None:
         deadline = self.ttfleet_deadline
         if deadline is not None:
             self.timeout = deadline.timeout()
@@ -161,7 +192,7 @@ class _Watched:
         if deadline is not None:
             self.ttfleet_watch = watch(self.sock, deadline)
 
-    def getresponse(self):
+    def getresponse(self) -> http.client.HTTPResponse:
         # http.client closes a "Connection: close" connection as soon as the headers are in, while the body is still
         # to come: the watchdog moves to the response and stays armed until the response is closed (or fires).
         watch, self.ttfleet_watch = self.ttfleet_watch, None
@@ -174,14 +205,15 @@ class _Watched:
         if watch is not None:
             close = response.close
 
-            def close_and_disarm():
+            def close_and_disarm() -> None:
                 watch.cancel()
                 close()
 
-            response.close = close_and_disarm
+            # Replaced on this one response object: the watchdog lives as long as the response.
+            response.close = close_and_disarm  # type: ignore[method-assign]
         return response
 
-    def close(self):
+    def close(self) -> None:
         if self.ttfleet_watch is not None:
             self.ttfleet_watch.cancel()
         super().close()
@@ -195,8 +227,11 @@ class WatchedHTTPSConnection(_Watched, http.client.HTTPSConnection):
     pass
 
 
-def connection(scheme, host, port, deadline, context=None):
+def connection(
+    scheme: str, host: str, port: int | None, deadline: Deadline, context: ssl.SSLContext | None = None
+) -> WatchedHTTPConnection | WatchedHTTPSConnection:
     """An http.client connection to ``scheme://host:port`` bounded by ``deadline``."""
+    conn: WatchedHTTPConnection | WatchedHTTPSConnection
     if scheme == "https":
         conn = WatchedHTTPSConnection(host, port, timeout=deadline.timeout(), context=context)
     elif scheme == "http":
@@ -207,10 +242,15 @@ def connection(scheme, host, port, deadline, context=None):
     return conn
 
 
-def _handler(base, conn_class, deadline, **kwargs):
-    class Handler(base):
-        def _open_with(self, req, opener):
-            def factory(host, **kw):
+def _handler(
+    base: type[urllib.request.AbstractHTTPHandler], conn_class: type[_Watched], deadline: Deadline, **kwargs: Any
+) -> type[urllib.request.AbstractHTTPHandler]:
+    # ``base`` is HTTPHandler or HTTPSHandler, chosen at run time: mypy cannot take a variable as a base class.
+    class Handler(base):  # type: ignore[valid-type,misc]
+        def _open_with(
+            self, req: urllib.request.Request, opener: Callable[..., http.client.HTTPResponse]
+        ) -> http.client.HTTPResponse:
+            def factory(host: str, **kw: Any) -> _Watched:
                 kw.pop("timeout", None)
                 conn = conn_class(host, timeout=deadline.timeout(), **kw)
                 conn.ttfleet_deadline = deadline
@@ -220,13 +260,13 @@ def _handler(base, conn_class, deadline, **kwargs):
 
     if base is urllib.request.HTTPSHandler:
 
-        def https_open(self, req):
+        def https_open(self: Handler, req: urllib.request.Request) -> http.client.HTTPResponse:
             return self._open_with(req, self.do_open)
 
         Handler.https_open = https_open
     else:
 
-        def http_open(self, req):
+        def http_open(self: Handler, req: urllib.request.Request) -> http.client.HTTPResponse:
             return self._open_with(req, self.do_open)
 
         Handler.http_open = http_open
@@ -239,11 +279,19 @@ class RedirectPolicy(urllib.request.HTTPRedirectHandler):
     max_redirections = MAX_REDIRECTS
     max_repeats = 2
 
-    def __init__(self, credential_origin):
+    def __init__(self, credential_origin: Origin | None) -> None:
         super().__init__()
         self.credential_origin = credential_origin
 
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: http.client.HTTPMessage,
+        newurl: str,
+    ) -> urllib.request.Request | None:
         target = urllib.parse.urlsplit(newurl)
         here = origin(req.full_url)
         if target.scheme.lower() not in ("http", "https"):
@@ -259,7 +307,7 @@ class RedirectPolicy(urllib.request.HTTPRedirectHandler):
         return new
 
 
-def strip_credentials(req, credential_origin):
+def strip_credentials(req: urllib.request.Request, credential_origin: Origin | None) -> None:
     """Drop every credential header of ``req`` unless it goes to ``credential_origin``."""
     if credential_origin is not None and origin(req.full_url) == credential_origin:
         return
@@ -268,7 +316,15 @@ def strip_credentials(req, credential_origin):
             req.remove_header(name)
 
 
-def open_url(url, deadline, headers=None, credentials=None, credential_origin=None, method=None, context=None):
+def open_url(
+    url: str,
+    deadline: Deadline,
+    headers: Mapping[str, str] | None = None,
+    credentials: Mapping[str, str] | None = None,
+    credential_origin: Origin | None = None,
+    method: str | None = None,
+    context: ssl.SSLContext | None = None,
+) -> http.client.HTTPResponse:
     """Open ``url`` (urllib) bounded by ``deadline``; ``credentials`` (a dict of headers) go only to
     ``credential_origin`` (default: the origin of ``url``), on this request and every redirect."""
     scheme = urllib.parse.urlsplit(url).scheme.lower()
@@ -301,7 +357,7 @@ def open_url(url, deadline, headers=None, credentials=None, credential_origin=No
         raise describe(exc, deadline, url) from None
 
 
-def describe(exc, deadline, url):
+def describe(exc: BaseException, deadline: Deadline | None, url: str) -> NetError:
     """A NetError for a failed call to ``url``, naming the origin and what went wrong."""
     where = show_origin(url)
     if isinstance(exc, NetError):
@@ -319,7 +375,7 @@ def describe(exc, deadline, url):
     return NetError(f"{where} failed: {type(reason).__name__}: {printable(reason, 200)}")
 
 
-def _read_some(resp, size, deadline, url):
+def _read_some(resp: Readable, size: int, deadline: Deadline | None, url: str) -> bytes:
     try:
         data = resp.read(size)
     except (http.client.HTTPException, OSError, ssl.SSLError, ValueError) as exc:
@@ -329,24 +385,25 @@ def _read_some(resp, size, deadline, url):
     return data
 
 
-def content_length(resp):
+def content_length(resp: Any) -> int | None:
     value = resp.headers.get("Content-Length") if getattr(resp, "headers", None) is not None else None
     if value is None or not str(value).strip().isdigit():
         return None
     return int(value)
 
 
-def _check_complete(declared, got, what, url):
+def _check_complete(declared: int | None, got: int, what: str, url: str) -> None:
     if declared is not None and got < declared:
         raise NetError(f"{show_origin(url)} broke the HTTP protocol: {what} ended after {got} of its {declared} bytes")
 
 
-def read_capped(resp, limit, what, url="", deadline=None):
+def read_capped(resp: Readable, limit: int, what: str, url: str = "", deadline: Deadline | None = None) -> bytes:
     """The whole body of ``resp``, refused once it passes ``limit`` bytes (a Content-Length above it is refused
     before reading)."""
     declared = content_length(resp)
     if declared is not None and declared > limit:
         raise NetError(f"{what} from {show_origin(url)} is {declared} bytes, above the {limit}-byte cap")
+    chunks: list[bytes]
     chunks, total = [], 0
     while True:
         data = _read_some(resp, min(CHUNK, limit + 1 - total), deadline, url)
@@ -359,7 +416,14 @@ def read_capped(resp, limit, what, url="", deadline=None):
         chunks.append(data)
 
 
-def copy_capped(resp, write, expected, what, url="", deadline=None):
+def copy_capped(
+    resp: Readable,
+    write: Callable[[bytes], object],
+    expected: int,
+    what: str,
+    url: str = "",
+    deadline: Deadline | None = None,
+) -> int:
     """Copy exactly the ``expected`` remaining bytes of ``resp`` to ``write``; a byte more is refused before it
     is written, and a body that ends early returns the short count. Returns the bytes written."""
     declared = content_length(resp)

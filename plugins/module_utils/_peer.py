@@ -61,6 +61,7 @@ import stat
 import threading
 import time
 import urllib.parse
+from typing import TYPE_CHECKING, cast
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels import (
     ARCHIVE_NAME,
@@ -84,6 +85,18 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
 
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping
+    from typing import Any
+
+    JSON = dict[str, Any]
+    # (st_dev, st_ino, size) of a catalog file
+    Pin = tuple[int, int, int]
+    # What socket.accept returns beside the socket: (host, port) or (host, port, flowinfo, scope_id)
+    Address = Any
+    # Answers one request head on a connection: handler(sock, address, head)
+    RequestHandler = Callable[[socket.socket, Address, bytes], object]
+
 KINDS = ("weights", "kernels")
 CHUNK = 1 << 20
 KERNEL_ENTRY_FILES = (KERNEL_MANIFEST_NAME, ARCHIVE_NAME, SHA_NAME)
@@ -100,7 +113,7 @@ MAX_HEAD_BYTES = 16384  # a longer request head is answered 431 and closed
 MAX_CONNECTIONS = 512  # open connections at most, whatever the open-file limit
 FD_RESERVE = 16  # descriptors kept for the daemon itself (listener, directories, selector, state files)
 FDS_PER_CONNECTION = 2  # its socket and the file it is sent
-CONNECTION_CAP = None  # None: from the open-file limit (see connection_cap); tests force one
+CONNECTION_CAP: int | None = None  # None: from the open-file limit (see connection_cap); tests force one
 ACCEPT_BACKOFF = (0.05, 1.0)  # first and longest pause of accepting after EMFILE, ENFILE, ENOBUFS or ENOMEM
 ACCEPT_BATCH = 64  # connections accepted in a row before pending heads are read again
 LISTEN_BACKLOG = 128
@@ -119,14 +132,14 @@ class PeerError(Exception):
 # What is served
 
 
-def _disclosable(st):
+def _disclosable(st: os.stat_result) -> bool:
     """Whether a regular file may go to a peer: a file with several hard links could be a link to a root-only
     file that a user placed here (where ``fs.protected_hardlinks`` is off), so it is served only when every
     local user could read it anyway."""
     return st.st_nlink <= 1 or bool(st.st_mode & stat.S_IROTH)
 
 
-def _pin_file(dirfd, name):
+def _pin_file(dirfd: int, name: str) -> Pin | None:
     """``(st_dev, st_ino, size)`` of the regular file ``name`` in ``dirfd``; None when it is missing, a link,
     a special file or not disclosable."""
     try:
@@ -137,7 +150,7 @@ def _pin_file(dirfd, name):
     return (st.st_dev, st.st_ino, st.st_size) if _disclosable(st) else None
 
 
-def _pin_path(rootfd, rel):
+def _pin_path(rootfd: int, rel: str) -> Pin | None:
     head, _sep, name = rel.rpartition("/")
     try:
         dirfd = open_relative(rootfd, head)
@@ -153,7 +166,7 @@ class Catalog:
     """The files a server hands out, ``{relative path: (st_dev, st_ino, size)}``, pinned below the directory
     descriptor ``fd`` (which the daemon keeps and serves from)."""
 
-    def __init__(self, directory, kind="weights"):
+    def __init__(self, directory: str, kind: str = "weights") -> None:
         if kind not in KINDS:
             raise PeerError(f"kind {kind!r} must be one of {', '.join(KINDS)}")
         self.directory = os.path.normpath(directory)
@@ -168,7 +181,7 @@ class Catalog:
             os.close(self.fd)
             raise
 
-    def _weights(self):
+    def _weights(self) -> dict[str, Pin]:
         try:
             manifest = read_json(self.fd, MANIFEST_NAME, where=self.directory)
         except (OSError, SafeFileError) as exc:
@@ -180,7 +193,7 @@ class Catalog:
             raise PeerError(
                 f"{os.path.join(self.directory, MANIFEST_NAME)} lists no files; only complete weights can be served"
             )
-        files = {}
+        files: dict[str, Pin] = {}
         for rel in [MANIFEST_NAME, *listed]:
             if not isinstance(rel, str) or rel.startswith("/") or any(p in ("", ".", "..") for p in rel.split("/")):
                 continue
@@ -189,14 +202,14 @@ class Catalog:
                 files[rel] = pin
         return files
 
-    def _unreadable(self, problem):
+    def _unreadable(self, problem: str) -> str:
         return (
             f"{self.directory} has no readable {MANIFEST_NAME} ({problem}); only weights this collection placed "
             "can be served"
         )
 
-    def _kernels(self):
-        files = {}
+    def _kernels(self) -> dict[str, Pin]:
+        files: dict[str, Pin] = {}
         for rel, dirfd, entries in walk(self.fd, self.directory, onerror=lambda _exc: None):
             if not rel or rel.count("/") != KERNEL_ENTRY_DEPTH - 1:
                 continue
@@ -206,7 +219,8 @@ class Catalog:
                 continue
             pins = {name: _pin_file(dirfd, name) for name in KERNEL_ENTRY_FILES}
             if all(pins.values()):
-                files.update({f"{rel}/{name}": pin for name, pin in pins.items()})
+                # all() above: every pin is a tuple, none is None
+                files.update({f"{rel}/{name}": cast("Pin", pin) for name, pin in pins.items()})
         if not files:
             raise PeerError(
                 f"{self.directory} holds no complete kernel store entry (<model>/<mesh>/<impl_id>/<tt_metal_commit>/"
@@ -215,36 +229,36 @@ class Catalog:
         return files
 
     @property
-    def digest(self):
+    def digest(self) -> str:
         """A digest of what is served: a server started for another catalog is restarted."""
         body = json.dumps([self.kind, self.directory, sorted(self.files.items())])
         return hashlib.sha256(body.encode()).hexdigest()
 
-    def close(self):
+    def close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
 
-    def __enter__(self):
+    def __enter__(self) -> Catalog:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def _reason(exc):
+def _reason(exc: OSError | SafeFileError) -> str:
     if isinstance(exc, SafeFileError):
         return str(exc)
     return f"{exc.strerror or exc}" + (f": {exc.filename}" if getattr(exc, "filename", None) else "")
 
 
 class _Refused(Exception):
-    def __init__(self, code):
+    def __init__(self, code: int) -> None:
         super().__init__(code)
         self.code = code
 
 
-def open_pinned(rootfd, rel, pin):
+def open_pinned(rootfd: int, rel: str, pin: Pin) -> tuple[int, int]:
     """``(fd, size)`` of the catalog file ``rel``, opened relative to ``rootfd`` without following a link;
     _Refused(404) when it is gone, _Refused(403) when it is not the very file pinned at start."""
     try:
@@ -270,20 +284,20 @@ class _StallWriter:
     """The ``wfile`` of a handler: writes to a socket whose timeout is ``WRITE_STALL``, so a client that takes no
     byte for that long raises TimeoutError (each ``send`` waits for room for at least one byte, not for all)."""
 
-    def __init__(self, sock):
+    def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
 
-    def write(self, data):
+    def write(self, data: bytes) -> int:
         view = memoryview(data)
         while view:
             view = view[self.sock.send(view) :]
         return len(data)
 
-    def flush(self):
+    def flush(self) -> None:
         return
 
 
-def _range(header, size):
+def _range(header: str | None, size: int) -> tuple[int, int] | None:
     """``(start, end)`` of a ``Range`` header for a file of ``size`` bytes; None for the whole file (no or another
     form of range, which HTTP lets a server ignore); _Refused(416) when it is not satisfiable."""
     match = _RANGE_RE.match(header or "")
@@ -300,7 +314,7 @@ def _range(header, size):
     return start, end
 
 
-def make_handler(rootfd, token, files, counter):
+def make_handler(rootfd: int, token: str, files: Mapping[str, Pin], counter: Counter) -> RequestHandler:
     """A request handler class serving the catalog ``files`` below ``rootfd`` under ``/<token>/``.
 
     It answers one request whose head the gate has read whole, ``Handler(sock, client_address, head)``, and leaves
@@ -311,22 +325,24 @@ def make_handler(rootfd, token, files, counter):
         server_version = "ttfleet-peer/2"
         protocol_version = "HTTP/1.1"
 
-        def __init__(self, sock, client_address, head):
+        def __init__(self, sock: socket.socket, client_address: Address, head: bytes) -> None:
             self.head = head
-            super().__init__(sock, client_address, None)
+            # No server object: the gate read the head and owns the socket.
+            super().__init__(sock, client_address, cast("Any", None))
 
-        def setup(self):
+        def setup(self) -> None:
             self.connection = self.request
             self.rfile = io.BytesIO(self.head)
-            self.wfile = _StallWriter(self.connection)
+            # Only write() and flush() of the handler's wfile are used.
+            self.wfile = cast("io.BufferedIOBase", _StallWriter(self.connection))
 
-        def finish(self):
+        def finish(self) -> None:
             return
 
-        def log_message(self, *_args):
+        def log_message(self, *_args: Any) -> None:
             return
 
-        def _empty(self, code, headers=()):
+        def _empty(self, code: int, headers: Iterable[tuple[str, str]] = ()) -> None:
             self.send_response(code)
             for name, value in headers:
                 self.send_header(name, value)
@@ -334,9 +350,10 @@ def make_handler(rootfd, token, files, counter):
             self.send_header("Connection", "close")
             self.end_headers()
 
-        def _serve(self, body):
+        def _serve(self, body: bool) -> None:
             path = urllib.parse.urlsplit(self.path).path
-            rel = urllib.parse.unquote(path[len(prefix) :]) if path.startswith(prefix) else None
+            # None (outside the prefix) is no catalog key: answered 404 below, so rel is a str past that.
+            rel = cast("str", urllib.parse.unquote(path[len(prefix) :]) if path.startswith(prefix) else None)
             pin = files.get(rel)
             if pin is None:
                 self._empty(404)
@@ -376,16 +393,16 @@ def make_handler(rootfd, token, files, counter):
                     done += sent
                     counter.add(sent)
 
-        def do_GET(self):
+        def do_GET(self) -> None:
             self._serve(True)
 
-        def do_HEAD(self):
+        def do_HEAD(self) -> None:
             self._serve(False)
 
     return Handler
 
 
-def connection_cap():
+def connection_cap() -> int:
     """How many connections the daemon keeps open at once: ``CONNECTION_CAP`` when set, else what the open-file
     limit holds at ``FDS_PER_CONNECTION`` descriptors each beside ``FD_RESERVE``, at most ``MAX_CONNECTIONS``. The
     soft limit is raised first towards the hard one as far as ``MAX_CONNECTIONS`` needs (the daemon waits with
@@ -410,13 +427,13 @@ class _Waiting:
 
     __slots__ = ("accepted", "address", "head", "heard")
 
-    def __init__(self, address, now):
+    def __init__(self, address: Address, now: float) -> None:
         self.address = address
         self.accepted = self.heard = now
         self.head = b""
 
 
-def _head_end(data):
+def _head_end(data: bytes) -> int:
     """The length of the request head at the start of ``data`` (through its empty line), or -1."""
     ends = [i + len(sep) for sep in (b"\r\n\r\n", b"\n\n") if (i := data.find(sep)) >= 0]
     return min(ends) if ends else -1
@@ -427,14 +444,16 @@ class Gate:
     idle and header timeouts, keeps at most ``cap`` connections open, backs off when accept fails for want of
     descriptors, and hands each complete head to a thread of its own running ``handler(sock, address, head)``."""
 
-    def __init__(self, listener, handler, cap=None):
+    def __init__(self, listener: socket.socket, handler: RequestHandler, cap: int | None = None) -> None:
         self.listener = listener
         self.handler = handler
         self.cap = cap or connection_cap()
         listener.setblocking(False)
         self.selector = selectors.DefaultSelector()
-        self.by_accept = collections.OrderedDict()  # waiting sockets, first accepted first
-        self.by_quiet = collections.OrderedDict()  # the same, longest silent first
+        # waiting sockets, first accepted first
+        self.by_accept: collections.OrderedDict[socket.socket, _Waiting] = collections.OrderedDict()
+        # the same, longest silent first
+        self.by_quiet: collections.OrderedDict[socket.socket, _Waiting] = collections.OrderedDict()
         self.busy = 0  # connections being answered by a thread
         self.lock = threading.Lock()
         self.listening = False
@@ -443,17 +462,17 @@ class Gate:
 
     # -- bookkeeping
 
-    def _open(self):
+    def _open(self) -> int:
         with self.lock:
             return len(self.by_accept) + self.busy
 
-    def _forget(self, sock):
+    def _forget(self, sock: socket.socket) -> _Waiting | None:
         with contextlib.suppress(KeyError, ValueError):
             self.selector.unregister(sock)
         self.by_quiet.pop(sock, None)
         return self.by_accept.pop(sock, None)
 
-    def _drop(self, sock, answer=None):
+    def _drop(self, sock: socket.socket, answer: bytes | None = None) -> None:
         self._forget(sock)
         if answer:
             with contextlib.suppress(OSError):
@@ -461,19 +480,19 @@ class Gate:
         with contextlib.suppress(OSError):
             sock.close()
 
-    def _drop_oldest(self):
+    def _drop_oldest(self) -> None:
         """Close waiting connections, first accepted first, until no more than the cap are open."""
         while self.by_accept and self._open() > self.cap:
             self._drop(next(iter(self.by_accept)))
 
-    def _room(self):
+    def _room(self) -> bool:
         """Whether a new connection fits: below the cap, or at it with a waiting connection to close for it (not
         when the connections being answered fill the cap alone: then new ones wait in the listen backlog)."""
         with self.lock:
             waiting, busy = len(self.by_accept), self.busy
         return waiting + busy < self.cap or (waiting > 0 and busy < self.cap)
 
-    def _listen(self, on):
+    def _listen(self, on: bool) -> None:
         if on != self.listening:
             if on:
                 self.selector.register(self.listener, selectors.EVENT_READ)
@@ -483,7 +502,7 @@ class Gate:
 
     # -- the loop
 
-    def run(self, stop, deadline):
+    def run(self, stop: threading.Event, deadline: float) -> None:
         """Serve until ``stop`` is set or ``time.monotonic()`` passes ``deadline``."""
         try:
             while not stop.is_set():
@@ -497,7 +516,7 @@ class Gate:
                     if key.fileobj is self.listener:
                         ready = True
                     else:
-                        self._read(key.fileobj)
+                        self._read(cast("socket.socket", key.fileobj))  # only sockets are registered
                 if ready:
                     self._accept()
         finally:
@@ -506,7 +525,7 @@ class Gate:
                 self._drop(sock)
             self.selector.close()
 
-    def _wait(self, now, deadline):
+    def _wait(self, now: float, deadline: float) -> float:
         wait = min(0.5, deadline - now)
         if self.by_accept:
             first = self.by_accept[next(iter(self.by_accept))]
@@ -518,7 +537,7 @@ class Gate:
             wait = min(wait, 0.05)  # at the cap, every connection answered: look again soon
         return max(wait, 0.0)
 
-    def _expire(self, now):
+    def _expire(self, now: float) -> None:
         while self.by_accept:
             sock = next(iter(self.by_accept))
             if now - self.by_accept[sock].accepted < HEADER_TIMEOUT:
@@ -530,13 +549,13 @@ class Gate:
                 break
             self._drop(sock)
 
-    def _pause(self):
+    def _pause(self) -> None:
         first, longest = ACCEPT_BACKOFF
         self.backoff = min(longest, self.backoff * 2 or first)
         self.paused_until = time.monotonic() + self.backoff
         self._listen(False)
 
-    def _accept(self):
+    def _accept(self) -> None:
         for accepted in range(ACCEPT_BATCH):
             if not self._room():
                 return
@@ -573,7 +592,7 @@ class Gate:
             # Above the cap: the connection accepted first that is still sending its head makes room.
             self._drop_oldest()
 
-    def _read(self, sock):
+    def _read(self, sock: socket.socket) -> None:
         waiting = self.by_accept.get(sock)
         if waiting is None:
             return
@@ -608,7 +627,7 @@ class Gate:
             self._drop(sock)
             self._pause()
 
-    def _answer(self, sock, address, head):
+    def _answer(self, sock: socket.socket, address: Address, head: bytes) -> None:
         try:
             sock.settimeout(WRITE_STALL)
             self.handler(sock, address, head)
@@ -625,24 +644,24 @@ class Gate:
 class Counter:
     """Bytes served, written to ``<name>.json.stats`` in the run directory at most every second and at exit."""
 
-    def __init__(self, run_fd, name):
+    def __init__(self, run_fd: int, name: str) -> None:
         self.lock = threading.Lock()
         self.bytes = 0
         self.run_fd = run_fd
         self.stats_name = _stats_name(name)
         self.written = 0.0
 
-    def add(self, count):
+    def add(self, count: int) -> None:
         with self.lock:
             self.bytes += count
             if time.monotonic() - self.written >= 1.0:
                 self._write("serving")
 
-    def flush(self, state="serving"):
+    def flush(self, state: str = "serving") -> None:
         with self.lock:
             self._write(state)
 
-    def _write(self, state):
+    def _write(self, state: str) -> None:
         self.written = time.monotonic()
         with contextlib.suppress(OSError, SafeFileError):
             write_json(self.run_fd, self.stats_name, {"served_bytes": self.bytes, "state": state}, mode=STATE_MODE)
@@ -652,7 +671,7 @@ class Counter:
 # State
 
 
-def default_address():
+def default_address() -> str:
     """The address of the interface that holds the default route, else the one the host name resolves to.
 
     Connecting a UDP socket sends nothing; it only makes the kernel choose the source address.
@@ -668,21 +687,21 @@ def default_address():
         raise PeerError("cannot find this host's address; set bind to the address peers reach it at") from None
 
 
-def _state_name(name):
+def _state_name(name: str) -> str:
     if not _NAME_RE.match(name or ""):
         raise PeerError(f"name {name!r} must be letters, digits, '.', '_' or '-' (it names the state file)")
     return f"{name}.json"
 
 
-def _stats_name(name):
+def _stats_name(name: str) -> str:
     return _state_name(name) + ".stats"
 
 
-def state_path(run_dir, name):
+def state_path(run_dir: str, name: str) -> str:
     return os.path.join(run_dir, _state_name(name))
 
 
-def _open_run_dir(run_dir, create):
+def _open_run_dir(run_dir: str, create: bool) -> int | None:
     """Descriptor of the run directory, which must be this user's and closed to others (its state names a pid
     that stop_server signals); None when it does not exist and ``create`` is false."""
     run_dir = os.path.normpath(run_dir)
@@ -706,14 +725,14 @@ def _open_run_dir(run_dir, create):
     return fd
 
 
-def _read_state(run_fd, name):
+def _read_state(run_fd: int, name: str) -> JSON | None:
     try:
         return read_json(run_fd, _state_name(name))
     except (OSError, SafeFileError):
         return None
 
 
-def read_state(run_dir, name):
+def read_state(run_dir: str, name: str) -> JSON | None:
     """The state recorded for ``name`` (None when there is none or it is unreadable)."""
     fd = _open_run_dir(run_dir, create=False)
     if fd is None:
@@ -724,7 +743,7 @@ def read_state(run_dir, name):
         os.close(fd)
 
 
-def alive(state):
+def alive(state: Mapping[str, Any] | None) -> bool:
     """Whether the daemon of ``state`` still runs (same pid and the start time it recorded)."""
     pid = state.get("pid") if state else None
     if not isinstance(pid, int) or pid <= 1:
@@ -732,12 +751,13 @@ def alive(state):
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
             fields = handle.read().rsplit(")", 1)[1].split()
-        return fields[0] != "Z" and int(fields[19]) == state.get("starttime")
+        # state is not None here: the pid came from it.
+        return fields[0] != "Z" and int(fields[19]) == cast("Mapping[str, Any]", state).get("starttime")
     except (OSError, IndexError, ValueError):
         return False
 
 
-def _starttime(pid):
+def _starttime(pid: int) -> int:
     with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
         return int(handle.read().rsplit(")", 1)[1].split()[19])
 
@@ -746,7 +766,7 @@ def _starttime(pid):
 # Start and stop
 
 
-def _bind(bind, port):
+def _bind(bind: str, port: int) -> socket.socket:
     """A listening TCP socket on ``bind:port``."""
     family = socket.AF_INET6 if ":" in bind else socket.AF_INET
     try:
@@ -771,8 +791,15 @@ def _bind(bind, port):
 
 
 def start_server(
-    directory, bind, port=0, ttl=3600, run_dir="/run/ttfleet-weights", name="weights", kind="weights", pinned=None
-):
+    directory: str,
+    bind: str,
+    port: int = 0,
+    ttl: float = 3600,
+    run_dir: str = "/run/ttfleet-weights",
+    name: str = "weights",
+    kind: str = "weights",
+    pinned: Catalog | None = None,
+) -> JSON:
     """Start serving ``directory`` (a weights directory or, with ``kind="kernels"``, a kernel-store spool) on
     ``bind:port`` (0 picks a free port); returns the state dict, also written to ``<run_dir>/<name>.json``
     (mode 0600). ``pinned`` is a Catalog of ``directory`` already built by the caller (it is closed here)."""
@@ -780,7 +807,8 @@ def start_server(
     cat = pinned or Catalog(directory, kind)
     run_fd = server = None
     try:
-        run_fd = _open_run_dir(run_dir, create=True)
+        # With create, a descriptor or PeerError: never None.
+        run_fd = cast("int", _open_run_dir(run_dir, create=True))
         server = _bind(bind, port)
         token = secrets.token_hex(16)
         real_port = server.getsockname()[1]
@@ -838,7 +866,9 @@ def start_server(
         cat.close()
 
 
-def _serve_until(server, cat, token, run_fd, name, ttl):  # pragma: no cover - daemon side
+def _serve_until(  # pragma: no cover - daemon side
+    server: socket.socket, cat: Catalog, token: str, run_fd: int, name: str, ttl: float
+) -> None:
     counter = Counter(run_fd, name)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -848,7 +878,7 @@ def _serve_until(server, cat, token, run_fd, name, ttl):  # pragma: no cover - d
     counter.flush("stopped")
 
 
-def stop_server(run_dir, name, wait=10.0):
+def stop_server(run_dir: str, name: str, wait: float = 10.0) -> tuple[bool, int]:
     """Stop the daemon recorded for ``name``; returns ``(was_running, served_bytes)``. Missing state is fine."""
     state_name = _state_name(name)
     run_fd = _open_run_dir(run_dir, create=False)

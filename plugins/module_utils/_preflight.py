@@ -17,6 +17,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections import namedtuple
+from typing import TYPE_CHECKING, Any, cast
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._spec import resolve
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import (
@@ -26,6 +27,15 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import 
     scan_roots,
     select_candidates,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+    from typing import NamedTuple
+
+    # A dict from Ansible or JSON: tt facts, a model entry, a summary, a finding.
+    JSON = dict[str, Any]
+    # ``version_key``: (release without trailing zeros, pre-release rank, post number, dev rank).
+    VersionKey = tuple[tuple[int, ...], tuple[int, int], int, tuple[int, int]]
 
 CHECK_NAMES = ("device_type", "hugepages", "hugepages_pages", "docker", "disk", "ram", "firmware", "kmd")
 LEVELS = ("fail", "warn", "skip")
@@ -51,7 +61,19 @@ class SpecifierError(ValueError):
 # ---------------------------------------------------------------------------
 # PEP 440 versions and specifiers
 
-Version = namedtuple("Version", "text release pre post dev")
+if TYPE_CHECKING:
+
+    class Version(NamedTuple):
+        """The namedtuple below, with its field types."""
+
+        text: str
+        release: tuple[int, ...]
+        pre: tuple[int, int] | None  # (rank of a/b/rc, number)
+        post: int | None
+        dev: int | None
+
+else:
+    Version = namedtuple("Version", "text release pre post dev")
 
 _VERSION_RE = re.compile(
     r"""^\s*v?
@@ -67,7 +89,7 @@ _PRE_RANK = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "c": 2, "rc": 2, "pre": 2, "
 _CLAUSE_RE = re.compile(r"^(~=|===|==|!=|<=|>=|<|>)\s*(\S+)$")
 
 
-def parse_version(text):
+def parse_version(text: object) -> Version | None:
     """A PEP 440 version (``80.17.0.0``, ``2.4.1``, ``2.5.0rc1``, ``v1.2``) or None."""
     if not isinstance(text, str):
         return None
@@ -87,18 +109,18 @@ def parse_version(text):
     return Version(text.strip(), release, pre, post, dev)
 
 
-def is_prerelease(version):
+def is_prerelease(version: Version) -> bool:
     return version.pre is not None or version.dev is not None
 
 
-def _strip_zeros(release):
+def _strip_zeros(release: Iterable[int]) -> tuple[int, ...]:
     release = list(release)
     while len(release) > 1 and release[-1] == 0:
         release.pop()
     return tuple(release)
 
 
-def version_key(version):
+def version_key(version: Version) -> VersionKey:
     """Total order of PEP 440: ``1.0.dev0 < 1.0a1 < 1.0 == 1.0.0 < 1.0.post1``."""
     if version.pre is None and version.post is None and version.dev is not None:
         pre = (-1, 0)
@@ -111,17 +133,17 @@ def version_key(version):
     return (_strip_zeros(version.release), pre, post, dev)
 
 
-def _padded(release, length):
+def _padded(release: tuple[int, ...], length: int) -> tuple[int, ...]:
     return tuple(release[:length]) + (0,) * (length - len(release))
 
 
-def parse_specifier(specifier):
+def parse_specifier(specifier: object) -> list[tuple[str, Version, bool]]:
     """Clauses ``(operator, Version, wildcard)`` of a comma separated specifier; raises SpecifierError."""
     if specifier is None:
         return []
     if not isinstance(specifier, str):
         raise SpecifierError(f"version specifier {specifier!r} is not a string")
-    clauses = []
+    clauses: list[tuple[str, Version, bool]] = []
     for part in specifier.split(","):
         part = part.strip()
         if not part:
@@ -138,13 +160,14 @@ def parse_specifier(specifier):
         version = parse_version(text)
         if operator != "===" and version is None:
             raise SpecifierError(f"{part!r} in {specifier!r} has no valid version")
-        if operator == "~=" and len(version.release) < 2:
+        # Only === takes a text that is no version (refused just above for every other operator).
+        if operator == "~=" and len(cast(Version, version).release) < 2:
             raise SpecifierError(f"{part!r}: ~= needs at least two release numbers (~=2.4)")
         clauses.append((operator, version if version else Version(text, (), None, None, None), wildcard))
     return clauses
 
 
-def _clause_holds(operator, wanted, wildcard, measured):
+def _clause_holds(operator: str, wanted: Version, wildcard: bool, measured: Version) -> bool:
     if operator == "===":
         return measured.text.lower() == wanted.text.lower()
     if wildcard:
@@ -165,7 +188,7 @@ def _clause_holds(operator, wanted, wildcard, measured):
     }[operator]
 
 
-def check_specifier(version_text, specifier):
+def check_specifier(version_text: object, specifier: object) -> tuple[bool, str | None]:
     """``(ok, reason)``: whether a version satisfies a specifier (all clauses, as ``packaging`` does).
 
     As in ``packaging``, a pre-release only satisfies a specifier that itself names a pre-release.
@@ -184,7 +207,7 @@ def check_specifier(version_text, specifier):
     return True, None
 
 
-def satisfies(version_text, specifier):
+def satisfies(version_text: object, specifier: object) -> bool:
     return check_specifier(version_text, specifier)[0]
 
 
@@ -192,7 +215,7 @@ def satisfies(version_text, specifier):
 # Inputs
 
 
-def check_levels(checks):
+def check_levels(checks: Mapping[str, Any] | None) -> dict[str, str]:
     """Levels of every check: the defaults overridden by ``checks``; raises PreflightError."""
     levels = dict(DEFAULT_LEVELS)
     for name, level in (checks or {}).items():
@@ -206,9 +229,9 @@ def check_levels(checks):
     return levels
 
 
-def present_models(models):
+def present_models(models: Iterable[object] | None) -> list[JSON]:
     """The entries of ``models`` with state present (the default); raises PreflightError for bad entries."""
-    chosen = []
+    chosen: list[JSON] = []
     for index, entry in enumerate(models or []):
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"]:
             raise PreflightError(
@@ -219,7 +242,7 @@ def present_models(models):
     return chosen
 
 
-def unwrap_facts(facts):
+def unwrap_facts(facts: object) -> JSON:
     """The ``tt`` dict, given it or a whole tt_facts result."""
     if not isinstance(facts, dict):
         raise PreflightError("facts must be the result of ttfleet.inference.tt_facts (a dict).")
@@ -230,7 +253,13 @@ def unwrap_facts(facts):
     return facts
 
 
-def model_summaries(catalog, models, device, volume_root, preseeded_roots=()):
+def model_summaries(
+    catalog: Any,
+    models: Iterable[Mapping[str, Any]],
+    device: str,
+    volume_root: object,
+    preseeded_roots: Iterable[str] | None = (),
+) -> tuple[list[JSON], list[str]]:
     """Per present model: its spec's requirements and whether its weights are already complete.
 
     Weights count as present when the expected volume under ``volume_root`` holds usable weights
@@ -239,7 +268,7 @@ def model_summaries(catalog, models, device, volume_root, preseeded_roots=()):
     """
     root = check_path_text(volume_root, "volume_root")
     volumes, warnings = scan_roots(expand_roots([root, *(preseeded_roots or [])]))
-    summaries = []
+    summaries: list[JSON] = []
     for entry in models:
         derived = resolve(
             catalog,
@@ -282,7 +311,7 @@ def model_summaries(catalog, models, device, volume_root, preseeded_roots=()):
 # Checks
 
 
-def _num(value):
+def _num(value: float | None) -> str:
     """``84``, ``12.3``: numbers as people read them."""
     if value is None:
         return "unknown"
@@ -290,22 +319,31 @@ def _num(value):
     return str(int(value)) if value == int(value) else f"{value:.1f}"
 
 
-def _boards_text(facts):
-    counts = {}
+def _boards_text(facts: Mapping[str, Any]) -> str:
+    counts: dict[str, int] = {}
     for board in facts.get("boards") or []:
         counts[board.get("board_type") or "?"] = counts.get(board.get("board_type") or "?", 0) + 1
     return ", ".join(f"{count} x {name}" for name, count in sorted(counts.items())) or "none"
 
 
 class _Findings:
-    def __init__(self, host, levels):
+    def __init__(self, host: str, levels: Mapping[str, str]) -> None:
         self.host = host
         self.levels = levels
-        self.failures = []
-        self.warnings = []
-        self.flagged = set()
+        self.failures: list[JSON] = []
+        self.warnings: list[JSON] = []
+        self.flagged: set[str] = set()
 
-    def add(self, check, problem, fix, model=None, requirement=None, measured=None, downgrade=False):
+    def add(
+        self,
+        check: str,
+        problem: str,
+        fix: str,
+        model: str | None = None,
+        requirement: str | None = None,
+        measured: str | None = None,
+        downgrade: bool = False,
+    ) -> None:
         level = self.levels[check]
         if level == "skip":
             return
@@ -323,7 +361,7 @@ class _Findings:
         self.flagged.add(check)
 
 
-def _check_device_type(out, facts, declared):
+def _check_device_type(out: _Findings, facts: Mapping[str, Any], declared: str | None) -> None:
     implied = facts.get("implied_device")
     requirement = f"device {declared}" if declared else "a known device"
     if not facts.get("boards"):
@@ -358,7 +396,7 @@ def _check_device_type(out, facts, declared):
         )
 
 
-def _check_hugepages(out, facts):
+def _check_hugepages(out: _Findings, facts: Mapping[str, Any]) -> None:
     pages = facts.get("hugepages_1g") or {}
     mount_path = pages.get("mount_path") or HUGEPAGES_MOUNT
     fix = (
@@ -384,7 +422,7 @@ def _check_hugepages(out, facts):
         )
 
 
-def _check_hugepages_pages(out, facts):
+def _check_hugepages_pages(out: _Findings, facts: Mapping[str, Any]) -> None:
     pages = facts.get("hugepages_1g") or {}
     devices = max(1, int(facts.get("pcie_devices") or 0))
     wanted = HUGEPAGES_PER_DEVICE * devices
@@ -410,7 +448,7 @@ def _check_hugepages_pages(out, facts):
         )
 
 
-def _check_docker(out, facts):
+def _check_docker(out: _Findings, facts: Mapping[str, Any]) -> None:
     docker = facts.get("docker") or {}
     if not docker.get("reachable"):
         out.add(
@@ -422,7 +460,9 @@ def _check_docker(out, facts):
         )
 
 
-def _check_disk(out, facts, summaries, margin):
+def _check_disk(
+    out: _Findings, facts: Mapping[str, Any], summaries: Sequence[Mapping[str, Any]], margin: float
+) -> None:
     if not summaries:
         return
     space = facts.get("disk") or {}
@@ -449,7 +489,7 @@ def _check_disk(out, facts, summaries, margin):
     )
 
 
-def _check_ram(out, facts, summaries):
+def _check_ram(out: _Findings, facts: Mapping[str, Any], summaries: Sequence[Mapping[str, Any]]) -> None:
     # As run.py: the RAM floor is for fetching and converting weights, so models whose weights are
     # already on the host (in the expected volume or one to alias) need none.
     needing = [m for m in summaries if m["min_ram_gb"] and not m["weights_present"]]
@@ -475,12 +515,12 @@ def _check_ram(out, facts, summaries):
     )
 
 
-def _requirement(summary, key):
+def _requirement(summary: Mapping[str, Any], key: str) -> tuple[Any, str]:
     requirement = (summary.get("system_requirements") or {}).get(key) or {}
     return requirement.get("specifier"), str(requirement.get("mode") or "STRICT").upper()
 
 
-def _check_firmware(out, facts, summaries):
+def _check_firmware(out: _Findings, facts: Mapping[str, Any], summaries: Iterable[Mapping[str, Any]]) -> None:
     versions = list(facts.get("firmware_versions") or [])
     if len(versions) > 1:
         out.add(
@@ -495,11 +535,12 @@ def _check_firmware(out, facts, summaries):
         specifier, mode = _requirement(summary, "firmware")
         if not specifier:
             continue
-        bad = []
+        bad: list[str] = []
         for version in versions:
             ok, reason = check_specifier(version, specifier)
             if not ok:
-                bad.append(reason)
+                # check_specifier gives a reason whenever the version fails.
+                bad.append(cast(str, reason))
         if versions and not bad:
             continue
         measured = ", ".join(versions) if versions else "unknown"
@@ -519,7 +560,7 @@ def _check_firmware(out, facts, summaries):
         )
 
 
-def _check_kmd(out, facts, summaries):
+def _check_kmd(out: _Findings, facts: Mapping[str, Any], summaries: Iterable[Mapping[str, Any]]) -> None:
     version = facts.get("kmd_version")
     for summary in summaries:
         specifier, mode = _requirement(summary, "kmd")
@@ -543,7 +584,14 @@ def _check_kmd(out, facts, summaries):
         )
 
 
-def evaluate(facts, summaries, levels=None, host=None, declared_device=None, disk_margin_gb=DEFAULT_DISK_MARGIN_GB):
+def evaluate(
+    facts: Mapping[str, Any],
+    summaries: Sequence[Mapping[str, Any]],
+    levels: Mapping[str, str] | None = None,
+    host: str | None = None,
+    declared_device: str | None = None,
+    disk_margin_gb: float = DEFAULT_DISK_MARGIN_GB,
+) -> JSON:
     """Run every check; returns ``{failures, warnings, passed, skipped}``.
 
     A check passes when it ran and found nothing; a SUGGESTED spec requirement that is not met

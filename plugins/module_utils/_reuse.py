@@ -18,6 +18,7 @@ import contextlib
 import os
 import stat
 import time
+from typing import TYPE_CHECKING
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels import MARKER_PREFIX
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
@@ -45,6 +46,14 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import 
     check_source_root,
 )
 
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator, Mapping
+    from typing import Any
+
+    JSON = dict[str, Any]
+    # (directory relative to the volume, its descriptor, [(name, lstat)]), as _safefile.walk yields them.
+    Listing = tuple[str, int, list[tuple[str, os.stat_result]]]
+
 RECORD_NAME = ".ttfleet-volume.json"
 RECORD_SCHEMA = 1
 # Per-release state under a volume that a new volume must not inherit: the kernel cache, logs, and the symlink
@@ -57,7 +66,7 @@ _DIR_MODE = 0o755
 _ROOT = (0, 0)
 
 
-def _read_json(path):
+def _read_json(path: str) -> JSON | None:
     """A small JSON object of ours, or None; a link or special file in its place is never followed or opened."""
     try:
         return read_json_path(path, limit=_RECORD_MAX_BYTES)
@@ -65,7 +74,7 @@ def _read_json(path):
         return None
 
 
-def read_record(volume_path):
+def read_record(volume_path: str) -> JSON | None:
     """The record a hardlinked volume carries (``.ttfleet-volume.json``), or None."""
     data = _read_json(os.path.join(volume_path, RECORD_NAME))
     if data is None or data.get("schema") != RECORD_SCHEMA:
@@ -73,7 +82,7 @@ def read_record(volume_path):
     return data
 
 
-def same_commit(one, other):
+def same_commit(one: object, other: object) -> bool:
     """Whether two commit SHAs name the same commit; a short SHA (7+ hex digits) matches its full form."""
     if not one or not other:
         return False
@@ -82,7 +91,7 @@ def same_commit(one, other):
     return shorter >= 7 and one[:shorter] == other[:shorter]
 
 
-def recorded_commit(volume_path, model_name, mesh):
+def recorded_commit(volume_path: str, model_name: str, mesh: str | None) -> tuple[str | None, str | None]:
     """``(tt_metal_commit, evidence)`` the volume's own files record, else ``(None, None)``.
 
     Evidence, in order: the record of a volume this module made, then the marker a kernel cache deploy or harvest
@@ -111,11 +120,15 @@ def recorded_commit(volume_path, model_name, mesh):
     return None, None
 
 
-def release_commits(catalogs, derived, iter_specs):
+def release_commits(
+    catalogs: Iterable[Mapping[str, Any]],
+    derived: Mapping[str, Any],
+    iter_specs: Callable[[Mapping[str, Any]], Iterable[Mapping[str, Any]]],
+) -> dict[str, tuple[str, str]]:
     """``{version: (tt_metal_commit, release)}`` of the model on the expected device in other releases' specs."""
-    found = {}
+    found: dict[str, tuple[str, str]] = {}
     for catalog in catalogs:
-        release = str(catalog.get("release_version") or "")
+        release: str | None = str(catalog.get("release_version") or "")
         release = (release if release.startswith("v") else f"v{release}") if release else catalog.get("path")
         for spec in iter_specs(catalog):
             impl = spec.get("impl") or {}
@@ -130,14 +143,20 @@ def release_commits(catalogs, derived, iter_specs):
     return found
 
 
-def _device_of(path):
+def _device_of(path: str) -> int | None:
     try:
         return os.stat(path).st_dev
     except OSError:
         return None
 
 
-def annotate_candidates(candidates, derived, root, lookup=None, isolate=True):
+def annotate_candidates(
+    candidates: list[JSON],
+    derived: Mapping[str, Any],
+    root: str,
+    lookup: Callable[[str], tuple[str, str] | None] | None = None,
+    isolate: bool = True,
+) -> list[JSON]:
     """Add to each candidate the commit its kernel cache was made for and how the expected volume reuses it.
 
     Keys added: ``tt_metal_commit`` and ``tt_metal_commit_from`` (evidence, or None when unknown), ``kernels``
@@ -195,14 +214,14 @@ def annotate_candidates(candidates, derived, root, lookup=None, isolate=True):
 # A new volume with hardlinked weights
 
 
-def _shared(rel, name):
+def _shared(rel: str, name: str) -> bool:
     """Whether entry ``name`` of shared directory ``rel`` of a volume goes into a volume hardlinked from it."""
     if not rel and name in (*NOT_SHARED, RECORD_NAME):
         return False
     return not name.startswith(_STAGING_PREFIXES)
 
 
-def _walk_shared(src_fd, where=""):
+def _walk_shared(src_fd: int, where: str = "") -> Iterator[Listing]:
     """``(directory, its descriptor, [(name, lstat)])`` of everything under ``src_fd`` that a new volume shares,
     parents before children, without following a link. Top-level directories that are not shared (the kernel
     cache can hold many thousands of files) are never walked."""
@@ -224,7 +243,7 @@ def _walk_shared(src_fd, where=""):
             os.close(fd)
 
 
-def _existing_kind(path, src_real):
+def _existing_kind(path: str, src_real: str) -> str:
     """What is at ``path``: absent, link, directory, file, other, or ``made`` (a volume hardlinked from src)."""
     kind = _lstat_kind(path)
     if kind == "directory" and (read_record(path) or {}).get("weights_from") == src_real:
@@ -232,7 +251,14 @@ def _existing_kind(path, src_real):
     return kind
 
 
-def plan_hardlink(path, src, tt_metal_commit=None, force=False, allowed_roots=None, now=None):
+def plan_hardlink(
+    path: str,
+    src: str,
+    tt_metal_commit: str | None = None,
+    force: bool = False,
+    allowed_roots: Iterable[str] | None = None,
+    now: float | None = None,
+) -> JSON:
     """How to make ``path`` a new volume whose files are hardlinks of ``src``'s, minus its per-release state.
 
     Returns a plan for ``apply_hardlink``: action none (``path`` is already such a volume of ``src``), create or
@@ -305,14 +331,14 @@ def plan_hardlink(path, src, tt_metal_commit=None, force=False, allowed_roots=No
     }
 
 
-def _build(parent_fd, temp, src_fd, src_real, tt_metal_commit, now):
+def _build(parent_fd: int, temp: str, src_fd: int, src_real: str, tt_metal_commit: str | None, now: float) -> None:
     """Fill the new directory ``temp`` in ``parent_fd`` from the volume open at ``src_fd``, on descriptors: the
     source may be writable by the container user, so no name in it is followed, and nothing of it but the
     hardlinked files' inodes reaches the new volume (directories and links are root's)."""
     os.mkdir(temp, 0o700, dir_fd=parent_fd)
     temp_fd = open_subdir(parent_fd, temp)
     try:
-        dirs = {"": temp_fd}
+        dirs: dict[str, int] = {"": temp_fd}
         try:
             for rel, src_dir, entries in _walk_shared(src_fd, src_real):
                 target = dirs[rel]
@@ -348,7 +374,7 @@ def _build(parent_fd, temp, src_fd, src_real, tt_metal_commit, now):
             set_attrs(fd, _DIR_MODE, (cache_st.st_uid, cache_st.st_gid))
         finally:
             os.close(fd)
-        record = {
+        record: JSON = {
             "schema": RECORD_SCHEMA,
             "weights_from": src_real,
             "tt_metal_commit": tt_metal_commit,
@@ -360,7 +386,7 @@ def _build(parent_fd, temp, src_fd, src_real, tt_metal_commit, now):
         os.close(temp_fd)
 
 
-def apply_hardlink(plan, now=None):
+def apply_hardlink(plan: JSON, now: float | None = None) -> JSON:
     """Build the volume of a plan from ``plan_hardlink`` under a temporary name, then rename it into place."""
     if plan["action"] == "none":
         return plan
@@ -403,7 +429,7 @@ def apply_hardlink(plan, now=None):
     return plan
 
 
-def _exists_at(dirfd, name):
+def _exists_at(dirfd: int, name: str) -> bool:
     try:
         os.lstat(name, dir_fd=dirfd)
     except FileNotFoundError:

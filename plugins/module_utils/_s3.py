@@ -44,12 +44,34 @@ import ssl
 import time
 import urllib.parse
 import xml.etree.ElementTree as ET
+from typing import TYPE_CHECKING, cast
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _net as net
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
     SafeFileError,
     open_path,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator, Mapping
+    from typing import Any, BinaryIO, NoReturn, Protocol
+
+    JSON = dict[str, Any]
+    # The query of a request: a dict or pairs (a None value is sent as "").
+    Query = dict[str, Any] | Iterable[tuple[Any, Any]] | None
+
+    class Digest(Protocol):
+        """A hashlib object (only its update is used)."""
+
+        def update(self, data: bytes, /) -> None: ...
+
+    class ObjectResponse(http.client.HTTPResponse):
+        """The response ``S3Client.open_object`` returns, with what its reader needs set on it."""
+
+        connection_to_close: http.client.HTTPConnection
+        ttfleet_deadline: net.Deadline
+        ttfleet_expected: int
+
 
 DEFAULT_REGION = "us-east-1"
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
@@ -89,7 +111,7 @@ _CONTENT_RANGE_RE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)", re.IGNORECASE)
 class S3Error(Exception):
     """A failed S3 request. ``status`` is the HTTP status (None for network errors), ``code`` the S3 error code."""
 
-    def __init__(self, message, status=None, code=None):
+    def __init__(self, message: str, status: int | None = None, code: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
@@ -99,23 +121,23 @@ class S3Error(Exception):
 # Signature Version 4 (pure functions, tested against the AWS documentation's examples)
 
 
-def uri_encode(text, keep_slash=True):
+def uri_encode(text: str, keep_slash: bool = True) -> str:
     """RFC 3986 encoding as SigV4 wants it: everything but ``A-Za-z0-9-._~`` (and ``/`` when kept)."""
     return urllib.parse.quote(text, safe="/~" if keep_slash else "~")
 
 
-def canonical_query(query):
+def canonical_query(query: Query) -> str:
     """``k=v&...`` from a dict or list of pairs, sorted by encoded key then value, both URI-encoded."""
     pairs = query.items() if isinstance(query, dict) else (query or [])
     encoded = sorted((uri_encode(str(k), False), uri_encode("" if v is None else str(v), False)) for k, v in pairs)
     return "&".join(f"{k}={v}" for k, v in encoded)
 
 
-def _hmac(key, text):
+def _hmac(key: bytes, text: str) -> bytes:
     return hmac.new(key, text.encode("utf-8"), hashlib.sha256).digest()
 
 
-def signing_key(secret_key, date, region, service="s3"):
+def signing_key(secret_key: str, date: str, region: str, service: str = "s3") -> bytes:
     """The derived key of SigV4 for one day, region and service."""
     key = _hmac(("AWS4" + secret_key).encode("utf-8"), date)
     key = _hmac(key, region)
@@ -123,7 +145,18 @@ def signing_key(secret_key, date, region, service="s3"):
     return _hmac(key, "aws4_request")
 
 
-def sign_v4(method, path, query, headers, payload_hash, access_key, secret_key, region, amz_date, service="s3"):
+def sign_v4(
+    method: str,
+    path: str,
+    query: Query,
+    headers: Mapping[str, object],
+    payload_hash: str,
+    access_key: str,
+    secret_key: str,
+    region: str,
+    amz_date: str,
+    service: str = "s3",
+) -> str:
     """The ``Authorization`` header value for a request; every header in ``headers`` is signed.
 
     ``path`` is the already URI-encoded absolute path, ``headers`` must hold ``host`` and
@@ -156,28 +189,28 @@ def sign_v4(method, path, query, headers, payload_hash, access_key, secret_key, 
 # XML
 
 
-def _strip_ns(tag):
+def _strip_ns(tag: str) -> str:
     return tag.rsplit("}", 1)[-1]
 
 
-def _children(elem):
+def _children(elem: ET.Element) -> dict[str, ET.Element]:
     return {_strip_ns(child.tag): child for child in elem}
 
 
-def _text(elem, name, default=None):
+def _text(elem: ET.Element, name: str, default: str | None = None) -> str | None:
     for child in elem:
         if _strip_ns(child.tag) == name:
             return child.text if child.text is not None else ""
     return default
 
 
-def _no_dtd(body):
+def _no_dtd(body: bytes) -> bool:
     """Whether ``body`` is free of a document type declaration: S3 answers never hold one, and refusing it keeps
     entity expansion (billion laughs) out whatever expat's own limit (>= 2.4.1) is."""
     return b"<!DOCTYPE" not in body and b"<!ENTITY" not in body
 
 
-def _parse(body):
+def _parse(body: bytes) -> ET.Element:
     """The root element of ``body``; ET.ParseError when it is not XML or holds a DTD."""
     if not _no_dtd(body):
         raise ET.ParseError("a document type declaration (S3 answers never hold one)")
@@ -186,7 +219,7 @@ def _parse(body):
     return ET.fromstring(body)  # nosec B314
 
 
-def parse_error(body):
+def parse_error(body: bytes) -> tuple[str | None, str | None]:
     """``(code, message)`` from an S3 ``<Error>`` body; ``(None, None)`` when it is not one."""
     try:
         root = _parse(body)
@@ -197,7 +230,7 @@ def parse_error(body):
     return _text(root, "Code"), _text(root, "Message")
 
 
-def parse_list(body, limit=None):
+def parse_list(body: bytes, limit: int | None = None) -> tuple[list[JSON], str | None]:
     """``(objects, next_token)`` of one ListObjectsV2 page; more than ``limit`` objects is refused.
 
     The page is parsed as a stream and each ``<Contents>`` dropped once read, so memory follows the objects kept,
@@ -205,12 +238,16 @@ def parse_list(body, limit=None):
     if not _no_dtd(body):
         raise S3Error("the server sent a ListObjectsV2 answer with a document type declaration; refused")
     # Accepted bandit B314 (XMLPullParser): no DTD reaches it (refused above); no external entities.
-    parser = ET.XMLPullParser(events=("start", "end"))  # nosec B314
+    parser: ET.XMLPullParser[ET.Element] = ET.XMLPullParser(events=("start", "end"))  # nosec B314
+    objects: list[JSON]
+    fields: dict[str, str]
+    root: ET.Element | None
     objects, fields, root, depth = [], {}, None, 0
     try:
         for offset in range(0, len(body), 1 << 16):
             parser.feed(body[offset : offset + (1 << 16)])
-            for event, elem in parser.read_events():
+            # Start and end events only: each is (event, element).
+            for event, elem in cast("Iterator[tuple[str, ET.Element]]", parser.read_events()):
                 if event == "start":
                     root = elem if root is None else root
                     depth += 1
@@ -220,7 +257,7 @@ def parse_list(body, limit=None):
                     continue
                 name = _strip_ns(elem.tag)
                 if name == "Contents":
-                    size = _text(elem, "Size", "0")
+                    size = cast("str", _text(elem, "Size", "0"))  # a str with a str default
                     key = _text(elem, "Key")
                     if not key:
                         raise S3Error("the server sent a ListObjectsV2 entry without a Key; refused")
@@ -236,7 +273,7 @@ def parse_list(body, limit=None):
                         raise S3Error(f"the listing holds more than {net.MAX_LISTED_FILES} objects; refused")
                 elif name in ("IsTruncated", "NextContinuationToken"):
                     fields[name] = elem.text or ""
-                root.remove(elem)
+                cast("ET.Element", root).remove(elem)  # set at the first start event, before any end
         parser.close()
     except ET.ParseError as exc:
         raise S3Error(f"the server sent a ListObjectsV2 answer that is not XML ({exc})") from None
@@ -247,16 +284,16 @@ def parse_list(body, limit=None):
     return objects, token
 
 
-def _xml_escape(text):
+def _xml_escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
 
 
-def hide_userinfo(text):
+def hide_userinfo(text: object) -> str:
     """``text`` with the user info of every URL in it (``user:password@``) replaced by ``********@``."""
     return _USERINFO_RE.sub(r"\1********@", str(text))
 
 
-def content_range_start(value):
+def content_range_start(value: str | None) -> int | None:
     """Where the body of a 206 answer starts, from its ``Content-Range``; None when the header is unusable
     (absent, another unit, an unsatisfied range, last before first, or a range past the complete length)."""
     match = _CONTENT_RANGE_RE.fullmatch((value or "").strip())
@@ -268,7 +305,7 @@ def content_range_start(value):
     return first
 
 
-def _open_read(path):
+def _open_read(path: str | int) -> BinaryIO:
     """A binary file object of the regular file ``path``, opened without following a link a user planted, or of
     an open file descriptor (read from its start; the caller keeps its own descriptor)."""
     if isinstance(path, int):
@@ -282,7 +319,7 @@ def _open_read(path):
     return os.fdopen(fd, "rb")
 
 
-def _open_write(path, keep):
+def _open_write(path: str, keep: bool) -> BinaryIO:
     """A binary file object of ``path`` for writing, created 0600 when missing; the content is kept when
     ``keep`` (a resume), else truncated. A link or special file at ``path`` is refused."""
     try:
@@ -297,12 +334,12 @@ def _open_write(path, keep):
 class _Counted:
     """A response whose bytes read are counted (was a refused answer too long, or did the network fail?)."""
 
-    def __init__(self, resp):
+    def __init__(self, resp: http.client.HTTPResponse) -> None:
         self.resp = resp
         self.headers = resp.headers
         self.count = 0
 
-    def read(self, size=-1):
+    def read(self, size: int = -1) -> bytes:
         data = self.resp.read(size)
         self.count += len(data)
         return data
@@ -328,17 +365,17 @@ class S3Client:
 
     def __init__(
         self,
-        endpoint,
-        access_key,
-        secret_key,
-        region=DEFAULT_REGION,
-        session_token=None,
-        ca_bundle=None,
-        verify=True,
-        timeout=60,
-        clock=None,
-        total=REQUEST_TOTAL,
-    ):
+        endpoint: str,
+        access_key: str,
+        secret_key: str,
+        region: str | None = DEFAULT_REGION,
+        session_token: str | None = None,
+        ca_bundle: str | None = None,
+        verify: bool = True,
+        timeout: float | None = 60,
+        clock: Callable[[], datetime.datetime] | None = None,
+        total: float = REQUEST_TOTAL,
+    ) -> None:
         parts = urllib.parse.urlsplit(endpoint or "")
         if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
             raise S3Error(
@@ -375,7 +412,7 @@ class S3Client:
         self.timeout = float(timeout or net.DEFAULT_STALL)
         self.total = float(total)
         self.clock = clock or (lambda: datetime.datetime.now(datetime.timezone.utc))
-        self._context = None
+        self._context: ssl.SSLContext | None = None
         if self.scheme == "https":
             if ca_bundle and not os.path.isfile(ca_bundle):
                 raise S3Error(f"s3 CA bundle {ca_bundle} does not exist; give the path of a PEM file")
@@ -384,14 +421,14 @@ class S3Client:
                 self._context.check_hostname = False
                 self._context.verify_mode = ssl.CERT_NONE
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"S3Client({self.endpoint!r}, region={self.region!r})"
 
     @staticmethod
-    def _safe_endpoint(endpoint):
+    def _safe_endpoint(endpoint: str) -> str:
         return hide_userinfo(endpoint)
 
-    def scrub(self, text):
+    def scrub(self, text: object) -> str:
         """``text`` without the secret key, session token or access key."""
         text = str(text)
         for value in (self._secret_key, self._session_token, self._access_key):
@@ -401,7 +438,7 @@ class S3Client:
 
     # -- plumbing ----------------------------------------------------------
 
-    def _path(self, bucket, key=None):
+    def _path(self, bucket: str, key: str | None = None) -> str:
         if not bucket or "/" in bucket:
             raise S3Error(f"s3 bucket {bucket!r} is not a bucket name; give the bucket alone, without slashes")
         path = f"{self.base_path}/{uri_encode(bucket)}"
@@ -411,17 +448,19 @@ class S3Client:
             path += "/" + uri_encode(key)
         return path
 
-    def _deadline(self, size=None):
+    def _deadline(self, size: int | None = None) -> net.Deadline:
         """The limits of one request: ``total`` for a small one, more for a transfer of ``size`` bytes."""
         if size is None:
             return net.Deadline(total=self.total, stall=self.timeout, what="the answer")
         return net.Deadline.for_size(size, stall=self.timeout, what="the transfer", floor=self.total)
 
-    def _connection(self, deadline):
+    def _connection(self, deadline: net.Deadline) -> http.client.HTTPConnection:
         """A connection to the endpoint's origin (and only there), bounded by ``deadline``."""
         return net.connection(self.scheme, self.host, self.port, deadline, context=self._context)
 
-    def _failure(self, method, bucket, key, exc, deadline, after=""):
+    def _failure(
+        self, method: str, bucket: str, key: str | None, exc: Exception, deadline: net.Deadline, after: str = ""
+    ) -> S3Error:
         """The S3Error of a request that broke: refused, reset, stalled, past its limit or not HTTP."""
         desc = self._describe(method, bucket, key)
         if deadline.expired or deadline.remaining() <= 0:
@@ -430,7 +469,9 @@ class S3Client:
             text = f"{desc} failed{after}: {net.describe(exc, deadline, self.endpoint)}"
         return S3Error(self.scrub(text))
 
-    def _signed_headers(self, method, path, query, headers, payload_hash):
+    def _signed_headers(
+        self, method: str, path: str, query: Query, headers: Mapping[str, str] | None, payload_hash: str
+    ) -> dict[str, str]:
         now = self.clock().astimezone(datetime.timezone.utc)
         amz_date = now.strftime("%Y%m%dT%H%M%SZ")
         signed = {"host": self.host_header, "x-amz-date": amz_date, "x-amz-content-sha256": payload_hash}
@@ -448,11 +489,13 @@ class S3Client:
         )
         return out
 
-    def _describe(self, method, bucket, key):
+    def _describe(self, method: str, bucket: str, key: str | None) -> str:
         where = f"s3://{bucket}/{key}" if key else f"s3://{bucket}"
         return f"S3 {method} {net.printable(where, 300)} at {self.endpoint}"
 
-    def _raise_for(self, resp, body, method, bucket, key):
+    def _raise_for(
+        self, resp: http.client.HTTPResponse, body: bytes, method: str, bucket: str, key: str | None
+    ) -> NoReturn:
         code, message = parse_error(body) if body else (None, None)
         status = resp.status
         if code in _TOKEN_CODES:
@@ -495,16 +538,16 @@ class S3Client:
 
     def request(
         self,
-        method,
-        bucket,
-        key=None,
-        query=None,
-        headers=None,
-        body=b"",
-        payload_hash=None,
-        expect=(200,),
-        limit=net.MAX_XML_BYTES,
-    ):
+        method: str,
+        bucket: str,
+        key: str | None = None,
+        query: Query = None,
+        headers: Mapping[str, str] | None = None,
+        body: bytes | bytearray | BinaryIO = b"",
+        payload_hash: str | None = None,
+        expect: tuple[int, ...] = (200,),
+        limit: int = net.MAX_XML_BYTES,
+    ) -> tuple[int, dict[str, str], bytes]:
         """Send one signed request and read the whole answer: ``(status, headers, body bytes)``.
 
         ``body`` is bytes (hashed for the signature) or a binary file object with ``payload_hash``
@@ -515,9 +558,10 @@ class S3Client:
         """
         path = self._path(bucket, key)
         bytes_body = isinstance(body, (bytes, bytearray))
+        # Where bytes_body holds, body is bytes or a bytearray (the casts say so).
         if payload_hash is None:
-            payload_hash = hashlib.sha256(body or b"").hexdigest() if bytes_body else UNSIGNED_PAYLOAD
-        sent = len(body) if bytes_body else int(str((headers or {}).get("Content-Length") or 0))
+            payload_hash = hashlib.sha256(cast("bytes", body) or b"").hexdigest() if bytes_body else UNSIGNED_PAYLOAD
+        sent = len(cast("bytes", body)) if bytes_body else int(str((headers or {}).get("Content-Length") or 0))
         deadline = self._deadline(sent or None)
         attempts = ATTEMPTS if bytes_body else 1
         url = path + (("?" + canonical_query(query)) if query else "")
@@ -528,7 +572,7 @@ class S3Client:
                 conn = self._connection(deadline)
                 send = self._signed_headers(method, path, query, headers, payload_hash)
                 if bytes_body and method in ("PUT", "POST"):
-                    send["Content-Length"] = str(len(body))
+                    send["Content-Length"] = str(len(cast("bytes", body)))
                 conn.request(method, url, body=body if body else None, headers=send)
                 resp = conn.getresponse()
                 if resp.status >= 500 and not last:
@@ -553,11 +597,11 @@ class S3Client:
         raise S3Error(f"{self._describe(method, bucket, key)} did not finish")  # pragma: no cover
 
     @staticmethod
-    def _pause(attempt, deadline):
+    def _pause(attempt: int, deadline: net.Deadline) -> None:
         time.sleep(max(0.0, min(0.5 * (attempt + 1), deadline.remaining())))
 
     @staticmethod
-    def _error_body(resp, deadline):
+    def _error_body(resp: http.client.HTTPResponse, deadline: net.Deadline) -> bytes:
         """The start of an error answer (at most net.MAX_ERROR_BYTES), for its code and message; what cannot be
         read is left out."""
         chunks, total = [], 0
@@ -573,7 +617,15 @@ class S3Client:
             pass
         return b"".join(chunks)
 
-    def _read_answer(self, resp, limit, method, bucket, key, deadline):
+    def _read_answer(
+        self,
+        resp: http.client.HTTPResponse,
+        limit: int,
+        method: str,
+        bucket: str,
+        key: str | None,
+        deadline: net.Deadline,
+    ) -> bytes:
         """The body of an expected answer, refused past ``limit`` bytes (a network error is raised as it is)."""
         declared = net.content_length(resp)
         too_large = S3Error(
@@ -593,7 +645,7 @@ class S3Client:
 
     # -- objects -----------------------------------------------------------
 
-    def head_object(self, bucket, key):
+    def head_object(self, bucket: str, key: str) -> JSON | None:
         """``{"size", "etag", "last_modified", "metadata"}`` of an object, or None when it does not exist."""
         status, headers, _body = self.request("HEAD", bucket, key, expect=(200, 404))
         if status == 404:
@@ -608,7 +660,9 @@ class S3Client:
             "metadata": {k[len("x-amz-meta-") :]: v for k, v in headers.items() if k.startswith("x-amz-meta-")},
         }
 
-    def open_object(self, bucket, key, offset=0, size=None):
+    def open_object(
+        self, bucket: str, key: str, offset: int = 0, size: int | None = None
+    ) -> tuple[ObjectResponse, int]:
         """Start a GET (with ``Range: bytes=offset-`` when offset > 0) of an object of ``size`` bytes and return
         ``(response, start)``; without ``size`` a HEAD asks for it first.
 
@@ -634,7 +688,8 @@ class S3Client:
             conn = self._connection(deadline)
             send = self._signed_headers("GET", path, None, headers, EMPTY_SHA256)
             conn.request("GET", path, headers=send)
-            resp = conn.getresponse()
+            # It gets the attributes of an ObjectResponse below, before it is returned.
+            resp = cast("ObjectResponse", conn.getresponse())
         except _RETRYABLE as exc:
             if conn is not None:
                 conn.close()
@@ -642,13 +697,15 @@ class S3Client:
         try:
             if resp.status not in (200, 206):
                 self._raise_for(resp, self._error_body(resp, deadline), "GET", bucket, key)
+            start: int | None
             start = 0
             if resp.status == 206:
                 content_range = resp.getheader("Content-Range")
                 start = content_range_start(content_range)
                 if start is None:
                     raise S3Error(f"{desc} sent a partial answer without a usable Content-Range")
-                complete = content_range.rsplit("/", 1)[1].strip()
+                # content_range is a str: a start was parsed from it.
+                complete = cast("str", content_range).rsplit("/", 1)[1].strip()
                 if complete != "*" and int(complete) != size:
                     raise S3Error(f"{desc} says the object is {complete} bytes, not the {size} expected; refused")
             expected = size - start
@@ -667,7 +724,16 @@ class S3Client:
         resp.ttfleet_expected = expected
         return resp, start
 
-    def get_object(self, bucket, key, dest_path, offset=0, callback=None, digest=None, size=None):
+    def get_object(
+        self,
+        bucket: str,
+        key: str,
+        dest_path: str,
+        offset: int = 0,
+        callback: Callable[[int], object] | None = None,
+        digest: Digest | None = None,
+        size: int | None = None,
+    ) -> dict[str, int]:
         """Stream an object of ``size`` bytes (None: ask with a HEAD) into ``dest_path``, resuming at ``offset``
         (bytes already in the file).
 
@@ -686,7 +752,7 @@ class S3Client:
                 handle.seek(start)
                 handle.truncate()
 
-                def write(block):
+                def write(block: bytes) -> None:
                     handle.write(block)
                     state["written"] += len(block)
                     if digest is not None:
@@ -712,11 +778,13 @@ class S3Client:
             )
         return {"start": start, "written": state["written"], "size": final}
 
-    def list_objects(self, bucket, prefix="", page_size=1000):
+    def list_objects(self, bucket: str, prefix: str = "", page_size: int = 1000) -> Iterator[JSON]:
         """Yield ``{"key", "size", "etag", "last_modified"}`` per object under ``prefix`` (ListObjectsV2, all pages).
 
         Each page is read up to net.MAX_XML_BYTES; a listing of more than net.MAX_LISTED_FILES objects, of more than
         MAX_LIST_PAGES pages, or one whose continuation token comes back, is refused."""
+        token: str | None
+        tokens: set[bytes]
         token, seen, tokens = None, 0, set()
         for _page in range(MAX_LIST_PAGES):
             query = {"list-type": "2", "max-keys": str(page_size)}
@@ -742,7 +810,14 @@ class S3Client:
             tokens.add(mark)
         raise S3Error(f"{self._describe('GET', bucket, prefix)} listed more than {MAX_LIST_PAGES} pages; refused")
 
-    def put_object(self, bucket, key, data, content_type="application/octet-stream", metadata=None):
+    def put_object(
+        self,
+        bucket: str,
+        key: str,
+        data: bytes | bytearray | str | int,
+        content_type: str = "application/octet-stream",
+        metadata: Mapping[str, str] | None = None,
+    ) -> str:
         """Upload ``data`` (bytes, the path of a file or an open descriptor) in one PUT; returns the ETag.
 
         A file is hashed first (the signature covers the payload) and then streamed, never read whole.
@@ -765,11 +840,11 @@ class S3Client:
             )
         return resp_headers.get("etag", "").strip('"')
 
-    def delete_object(self, bucket, key):
+    def delete_object(self, bucket: str, key: str) -> None:
         """Delete an object (absent objects are fine, as in S3)."""
         self.request("DELETE", bucket, key, expect=(200, 204))
 
-    def create_bucket(self, bucket):
+    def create_bucket(self, bucket: str) -> None:
         """Create a bucket in the client's region; one that we already own is fine."""
         body = b""
         if self.region != DEFAULT_REGION:
@@ -783,7 +858,7 @@ class S3Client:
 
     # -- multipart ---------------------------------------------------------
 
-    def create_multipart_upload(self, bucket, key, content_type="application/octet-stream"):
+    def create_multipart_upload(self, bucket: str, key: str, content_type: str = "application/octet-stream") -> str:
         """Start a multipart upload; returns its UploadId."""
         _s, _h, body = self.request("POST", bucket, key, query={"uploads": ""}, headers={"Content-Type": content_type})
         try:
@@ -794,7 +869,7 @@ class S3Client:
             raise S3Error(f"{self._describe('POST', bucket, key)} started a multipart upload without an UploadId")
         return upload_id
 
-    def upload_part(self, bucket, key, upload_id, number, data):
+    def upload_part(self, bucket: str, key: str, upload_id: str, number: int, data: bytes) -> str:
         """Upload part ``number`` (1-based) of ``bytes``; returns its ETag."""
         _s, headers, _b = self.request(
             "PUT", bucket, key, query={"partNumber": str(number), "uploadId": upload_id}, body=bytes(data)
@@ -804,7 +879,7 @@ class S3Client:
             raise S3Error(f"{self._describe('PUT', bucket, key)} stored part {number} without an ETag")
         return etag
 
-    def complete_multipart_upload(self, bucket, key, upload_id, etags):
+    def complete_multipart_upload(self, bucket: str, key: str, upload_id: str, etags: Iterable[str]) -> str:
         """Finish an upload from the ETags of parts 1..n in order; returns the object's ETag."""
         parts = "".join(
             f"<Part><PartNumber>{number}</PartNumber><ETag>{_xml_escape(etag)}</ETag></Part>"
@@ -823,12 +898,18 @@ class S3Client:
         except ET.ParseError:
             return ""
 
-    def abort_multipart_upload(self, bucket, key, upload_id):
+    def abort_multipart_upload(self, bucket: str, key: str, upload_id: str) -> None:
         self.request("DELETE", bucket, key, query={"uploadId": upload_id}, expect=(200, 204, 404))
 
     def upload_file(
-        self, bucket, key, path, part_size=DEFAULT_PART_SIZE, callback=None, content_type="application/octet-stream"
-    ):
+        self,
+        bucket: str,
+        key: str,
+        path: str | int,
+        part_size: int = DEFAULT_PART_SIZE,
+        callback: Callable[[int], object] | None = None,
+        content_type: str = "application/octet-stream",
+    ) -> str:
         """Upload a file (a path or an open descriptor): one PUT up to ``part_size``, multipart above it (aborted
         on failure). Returns the ETag.
 

@@ -5,10 +5,17 @@
 from __future__ import annotations
 
 import urllib.parse
+from typing import TYPE_CHECKING
 
 from ansible.module_utils.basic import env_fallback
 
-S3_OPTIONS = dict(
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Any
+
+    from ansible.module_utils.basic import AnsibleModule
+
+S3_OPTIONS: dict[str, dict[str, Any]] = dict(
     s3_endpoint=dict(type="str"),
     s3_bucket=dict(type="str"),
     s3_prefix=dict(type="str", default=""),
@@ -21,7 +28,7 @@ S3_OPTIONS = dict(
 )
 
 
-def url_userinfo(url):
+def url_userinfo(url: str | None) -> str | None:
     """The ``user:password`` part of a URL (up to its last ``@``), or None."""
     try:
         netloc = urllib.parse.urlsplit(url or "").netloc
@@ -30,7 +37,7 @@ def url_userinfo(url):
     return netloc.rpartition("@")[0] or None
 
 
-def mask_url_credentials(module, keys):
+def mask_url_credentials(module: AnsibleModule, keys: Iterable[str]) -> str | None:
     """Mask the credentials of every URL option in ``keys`` wherever Ansible shows the task (-vvv prints its
     arguments), and return the error for an ``s3_endpoint`` that carries them, or None."""
     for key in keys:

@@ -26,6 +26,17 @@ import json
 import os
 import secrets
 import stat
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    # ``(uid, gid)`` given to what is created or changed.
+    Owner = tuple[int, int]
+    # What ``walk`` yields: ``(reldir, dirfd, [(name, lstat), ...])``.
+    WalkStep = tuple[str, int, list[tuple[str, os.stat_result]]]
+
+_T = TypeVar("_T")
 
 TEMP_PREFIX = ".ttfleet-tmp-"
 # Directory opens: never follow the last component, never leak the descriptor into children.
@@ -39,13 +50,13 @@ JSON_LIMIT = 1 << 20
 class SafeFileError(Exception):
     """A path that root-run code refuses to touch: a link, a special file, something too large."""
 
-    def __init__(self, path, reason):
+    def __init__(self, path: str, reason: str) -> None:
         super().__init__(f"{path}: {reason}")
         self.path = path
         self.reason = reason
 
 
-def kind_of(mode):
+def kind_of(mode: int) -> str:
     """``file``, ``directory``, ``symlink``, ``fifo``, ``socket``, ``char device``, ``block device``."""
     for test, name in (
         (stat.S_ISREG, "file"),
@@ -61,12 +72,12 @@ def kind_of(mode):
     return "unknown"
 
 
-def trusted(st):
+def trusted(st: os.stat_result) -> bool:
     """True when only root can change the entries of the directory described by ``st``."""
     return st.st_uid == 0 and not st.st_mode & 0o022
 
 
-def human_bytes(count):
+def human_bytes(count: float) -> str:
     """``1.5 GiB`` style text, binary units as tt-inference-server counts disk."""
     value = float(count)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
@@ -76,7 +87,7 @@ def human_bytes(count):
     return f"{value:.1f} TiB"
 
 
-def nearest_existing(path):
+def nearest_existing(path: str) -> str:
     """``path`` or its nearest existing parent directory (for free-space checks of a path still to make)."""
     current = os.path.normpath(path)
     while not os.path.isdir(current):
@@ -87,7 +98,7 @@ def nearest_existing(path):
     return current
 
 
-def free_bytes(target):
+def free_bytes(target: int | str) -> int:
     """Bytes available to root on the filesystem of ``target``: a directory descriptor or a path."""
     st = os.fstatvfs(target) if isinstance(target, int) else os.statvfs(nearest_existing(target))
     return st.f_bavail * st.f_frsize
@@ -97,7 +108,7 @@ def free_bytes(target):
 # Directories
 
 
-def _components(path):
+def _components(path: str) -> list[str]:
     if not isinstance(path, str) or not path.startswith("/") or "\0" in path:
         raise SafeFileError(path, "not an absolute path")
     parts = [p for p in path.split("/") if p not in ("", ".")]
@@ -106,7 +117,7 @@ def _components(path):
     return parts
 
 
-def open_dir(path, follow_trusted=True):
+def open_dir(path: str, follow_trusted: bool = True) -> int:
     """A descriptor of directory ``path``, opened component by component without following a link that a
     non-root user could have planted. Links in root-only directories are followed (at most 40)."""
     parts = _components(path)
@@ -151,7 +162,7 @@ def open_dir(path, follow_trusted=True):
 
 
 @contextlib.contextmanager
-def opened_dir(path, follow_trusted=True):
+def opened_dir(path: str, follow_trusted: bool = True) -> Iterator[int]:
     fd = open_dir(path, follow_trusted)
     try:
         yield fd
@@ -159,9 +170,10 @@ def opened_dir(path, follow_trusted=True):
         os.close(fd)
 
 
-def open_nearest(path):
+def open_nearest(path: str) -> tuple[int, str, list[str]]:
     """``(fd, existing, missing)``: a descriptor of the nearest existing directory of ``path`` (opened with
     ``open_dir``) and the names below it that are still missing."""
+    missing: list[str]
     head, missing = os.path.normpath(path), []
     while True:
         try:
@@ -173,7 +185,7 @@ def open_nearest(path):
             missing.insert(0, name)
 
 
-def make_path(path, mode=0o755, owner=None):
+def make_path(path: str, mode: int = 0o755, owner: Owner | None = None) -> int:
     """A descriptor of directory ``path``, creating the missing part with ``mode`` and ``owner`` set on
     descriptors; a link planted by a user anywhere on the way is refused, never followed."""
     fd, existing, missing = open_nearest(path)
@@ -185,7 +197,7 @@ def make_path(path, mode=0o755, owner=None):
         os.close(fd)
 
 
-def open_subdir(dirfd, name, where=None):
+def open_subdir(dirfd: int, name: str, where: str | None = None) -> int:
     """Descriptor of the directory ``name`` (one component) in ``dirfd``; a link or other type is refused."""
     _check_name(name)
     try:
@@ -197,7 +209,7 @@ def open_subdir(dirfd, name, where=None):
         raise
 
 
-def _descend(dirfd, relpath, step):
+def _descend(dirfd: int, relpath: str, step: Callable[[int, str], int]) -> int:
     """Walk ``relpath`` below ``dirfd`` one component at a time with ``step(fd, name)``, which returns the next
     directory's descriptor; returns the last one (a new descriptor even for an empty ``relpath``)."""
     fd = os.dup(dirfd)
@@ -212,18 +224,20 @@ def _descend(dirfd, relpath, step):
         raise
 
 
-def open_relative(dirfd, relpath, where=None):
+def open_relative(dirfd: int, relpath: str, where: str | None = None) -> int:
     """Descriptor of the directory ``relpath`` below ``dirfd``, no link followed on the way."""
     return _descend(dirfd, relpath, lambda fd, name: open_subdir(fd, name, where))
 
 
-def makedirs(dirfd, relpath, mode=0o755, owner=None, where=None):
+def makedirs(dirfd: int, relpath: str, mode: int = 0o755, owner: Owner | None = None, where: str | None = None) -> int:
     """Descriptor of ``relpath`` below ``dirfd``, creating missing directories with ``mode`` and ``owner``
     (set on the new descriptor). Existing components must be real directories."""
     return _descend(dirfd, relpath, lambda fd, name: ensure_dir(fd, name, mode, owner, where)[0])
 
 
-def ensure_dir(dirfd, name, mode=0o755, owner=None, where=None):
+def ensure_dir(
+    dirfd: int, name: str, mode: int = 0o755, owner: Owner | None = None, where: str | None = None
+) -> tuple[int, bool]:
     """``(fd, created)`` of directory ``name`` in ``dirfd``; a new one gets ``mode`` and ``owner``."""
     created = False
     try:
@@ -241,23 +255,23 @@ def ensure_dir(dirfd, name, mode=0o755, owner=None, where=None):
     return fd, created
 
 
-def _rel_parts(relpath):
+def _rel_parts(relpath: str) -> list[str]:
     parts = [p for p in str(relpath).split("/") if p not in ("", ".")]
     for part in parts:
         _check_name(part)
     return parts
 
 
-def _check_name(name):
+def _check_name(name: str) -> None:
     if not name or name in (".", "..") or "/" in name or "\0" in name:
         raise SafeFileError(name, "is not a single file name")
 
 
-def _where(where, name):
+def _where(where: str | None, name: str) -> str:
     return os.path.join(where, name) if where else name
 
 
-def fsync_dir(dirfd):
+def fsync_dir(dirfd: int) -> None:
     with contextlib.suppress(OSError):
         os.fsync(dirfd)
 
@@ -266,7 +280,7 @@ def fsync_dir(dirfd):
 # Attributes
 
 
-def set_attrs(fd, mode=None, owner=None, st=None):
+def set_attrs(fd: int, mode: int | None = None, owner: Owner | None = None, st: os.stat_result | None = None) -> bool:
     """fchmod/fchown ``fd`` to ``mode`` and ``owner`` (``(uid, gid)``) where they differ; True if changed.
 
     A root-owned file with other hard links is never made more readable: it could be a link to a
@@ -293,7 +307,7 @@ def set_attrs(fd, mode=None, owner=None, st=None):
 # Files
 
 
-def open_file(dirfd, name, flags=O_READ, where=None):
+def open_file(dirfd: int, name: str, flags: int = O_READ, where: str | None = None) -> tuple[int, os.stat_result]:
     """``(fd, stat)`` of the regular file ``name`` in ``dirfd``; links and special files are refused. With
     ``os.O_CREAT`` in ``flags`` a missing file is created 0600."""
     _check_name(name)
@@ -315,7 +329,7 @@ def open_file(dirfd, name, flags=O_READ, where=None):
     return fd, st
 
 
-def open_path(path, dirfd=None, flags=O_READ):
+def open_path(path: str, dirfd: int | None = None, flags: int = O_READ) -> tuple[int, os.stat_result]:
     """``(fd, stat)`` of the regular file at ``path``: an absolute path whose directory is opened with
     ``open_dir``, or a path relative to ``dirfd`` walked without following a link."""
     head, name = os.path.split(path)
@@ -326,7 +340,9 @@ def open_path(path, dirfd=None, flags=O_READ):
         os.close(parent)
 
 
-def read_bytes(dirfd, name, limit, where=None, missing=None):
+def read_bytes(
+    dirfd: int, name: str, limit: int, where: str | None = None, missing: bytes | None = None
+) -> bytes | None:
     """Content of regular file ``name`` (at most ``limit`` bytes), or ``missing`` when it does not exist."""
     try:
         fd, st = open_file(dirfd, name, where=where)
@@ -341,7 +357,17 @@ def read_bytes(dirfd, name, limit, where=None, missing=None):
     return data
 
 
-def read_json(dirfd, name, limit=JSON_LIMIT, where=None, missing=None):
+@overload
+def read_json(
+    dirfd: int, name: str, limit: int = ..., where: str | None = ..., missing: None = ...
+) -> dict[str, Any] | None: ...
+@overload
+def read_json(
+    dirfd: int, name: str, limit: int = ..., where: str | None = ..., *, missing: _T
+) -> dict[str, Any] | _T: ...
+def read_json(
+    dirfd: int, name: str, limit: int = JSON_LIMIT, where: str | None = None, missing: object = None
+) -> object:
     """A JSON object from regular file ``name``; ``missing`` when absent; SafeFileError when not a small
     regular file holding a JSON object."""
     raw = read_bytes(dirfd, name, limit, where=where, missing=None)
@@ -356,7 +382,11 @@ def read_json(dirfd, name, limit=JSON_LIMIT, where=None, missing=None):
     return data
 
 
-def read_json_path(path, limit=JSON_LIMIT, missing=None):
+@overload
+def read_json_path(path: str, limit: int = ..., missing: None = ...) -> dict[str, Any] | None: ...
+@overload
+def read_json_path(path: str, limit: int = ..., *, missing: _T) -> dict[str, Any] | _T: ...
+def read_json_path(path: str, limit: int = JSON_LIMIT, missing: object = None) -> object:
     """``read_json`` by absolute path: the parent directory is opened with ``open_dir``."""
     directory, name = os.path.split(path)
     try:
@@ -366,11 +396,11 @@ def read_json_path(path, limit=JSON_LIMIT, missing=None):
         return missing
 
 
-def temp_name(hint=""):
+def temp_name(hint: str = "") -> str:
     return f"{TEMP_PREFIX}{hint}{'.' if hint else ''}{secrets.token_hex(8)}"
 
 
-def create_temp(dirfd, hint="", mode=0o600):
+def create_temp(dirfd: int, hint: str = "", mode: int = 0o600) -> tuple[int, str]:
     """``(fd, name)`` of a new empty file with a random name, created with O_EXCL (never an existing path) and
     open for reading and writing (what was written can be read back from the same inode)."""
     for _attempt in range(16):
@@ -383,7 +413,7 @@ def create_temp(dirfd, hint="", mode=0o600):
     raise SafeFileError(hint or "temporary file", "no free random name after 16 tries")
 
 
-def rename(dirfd, src, dst, dst_dirfd=None):
+def rename(dirfd: int, src: str, dst: str, dst_dirfd: int | None = None) -> None:
     """Rename ``src`` to ``dst`` (single names) relative to directory descriptors; a directory at ``dst``
     is never replaced."""
     _check_name(src)
@@ -396,7 +426,7 @@ def rename(dirfd, src, dst, dst_dirfd=None):
     os.rename(src, dst, src_dir_fd=dirfd, dst_dir_fd=target_fd)
 
 
-def unlink(dirfd, name, missing_ok=True):
+def unlink(dirfd: int, name: str, missing_ok: bool = True) -> None:
     """Remove ``name`` (never a directory) from ``dirfd``."""
     _check_name(name)
     try:
@@ -407,7 +437,7 @@ def unlink(dirfd, name, missing_ok=True):
 
 
 @contextlib.contextmanager
-def replacing(dirfd, name, mode=0o644, owner=None):
+def replacing(dirfd: int, name: str, mode: int = 0o644, owner: Owner | None = None) -> Iterator[int]:
     """Yield the descriptor of a new file with a random O_EXCL name in ``dirfd``; when the block ends without an
     error it is fsynced, given ``mode`` and ``owner`` on the descriptor and renamed over ``name``. On an error the
     temporary file is removed and ``name`` is untouched."""
@@ -427,20 +457,24 @@ def replacing(dirfd, name, mode=0o644, owner=None):
     fsync_dir(dirfd)
 
 
-def _write_all(fd, data):
+def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
 
 
-def write_atomic(dirfd, name, data, mode=0o644, owner=None, where=None):
+def write_atomic(
+    dirfd: int, name: str, data: bytes, mode: int = 0o644, owner: Owner | None = None, where: str | None = None
+) -> None:
     """Replace ``name`` in ``dirfd`` with ``data`` through a random O_EXCL temporary file, fsync and rename.
     Mode and owner are set on the descriptor before the rename."""
     with replacing(dirfd, name, mode, owner) as fd:
         _write_all(fd, data)
 
 
-def write_json(dirfd, name, data, mode=0o644, owner=None, where=None):
+def write_json(
+    dirfd: int, name: str, data: Any, mode: int = 0o644, owner: Owner | None = None, where: str | None = None
+) -> None:
     body = (json.dumps(data, indent=1, sort_keys=True) + "\n").encode("utf-8")
     write_atomic(dirfd, name, body, mode, owner, where)
 
@@ -449,7 +483,9 @@ def write_json(dirfd, name, data, mode=0o644, owner=None, where=None):
 # Trees
 
 
-def walk(dirfd, where="", onerror=None):
+def walk(
+    dirfd: int, where: str = "", onerror: Callable[[OSError | SafeFileError], object] | None = None
+) -> Iterator[WalkStep]:
     """Yield ``(reldir, dirfd, entries)`` for ``dirfd`` and every directory below it, top down, where
     ``entries`` is a list of ``(name, lstat)``. Links are reported, never followed; a directory that is
     swapped for a link mid-walk is refused (``onerror`` gets the SafeFileError, else it is raised).
@@ -483,7 +519,7 @@ def walk(dirfd, where="", onerror=None):
                 os.close(fd)
 
 
-def remove_tree(dirfd, name):
+def remove_tree(dirfd: int, name: str) -> None:
     """Remove ``name`` in ``dirfd`` and everything below it without following a link (links are removed
     as links). A missing name is fine."""
     _check_name(name)
@@ -505,7 +541,14 @@ def remove_tree(dirfd, name):
     os.rmdir(name, dir_fd=dirfd)
 
 
-def own_tree(dirfd, owner=None, dir_mode=None, file_mode=None, where="", exec_mode=None):
+def own_tree(
+    dirfd: int,
+    owner: Owner | None = None,
+    dir_mode: int | None = None,
+    file_mode: int | None = None,
+    where: str = "",
+    exec_mode: int | None = None,
+) -> tuple[int, list[str]]:
     """Give ``dirfd`` and every directory and regular file below it ``owner`` and modes, on descriptors,
     never following a link. Returns ``(changed, skipped)``: the count of entries changed and the relative
     paths of links and special files that were left alone. ``exec_mode`` is used for files with an
@@ -539,7 +582,16 @@ def own_tree(dirfd, owner=None, dir_mode=None, file_mode=None, where="", exec_mo
     return changed, skipped
 
 
-def copy_file(src_dirfd, src_name, dst_dirfd, dst_name, mode=0o644, owner=None, limit=None, chunk=1 << 20):
+def copy_file(
+    src_dirfd: int,
+    src_name: str,
+    dst_dirfd: int,
+    dst_name: str,
+    mode: int = 0o644,
+    owner: Owner | None = None,
+    limit: int | None = None,
+    chunk: int = 1 << 20,
+) -> int:
     """Copy a regular file between directory descriptors through a random temporary name; the source must be
     a regular file (never a link) and at most ``limit`` bytes. Returns the bytes copied."""
     sfd, sst = open_file(src_dirfd, src_name)

@@ -13,6 +13,13 @@ from __future__ import annotations
 
 import re
 import secrets
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
+    JSON = dict[str, Any]
 
 CONFIG_DIR = "/etc/ttfleet/serve"
 STATE_DIR = "/var/lib/ttfleet/serve"
@@ -33,17 +40,17 @@ class ServeError(ValueError):
     """Bad input; the message names it and says how to fix it."""
 
 
-def short_name(name):
+def short_name(name: object) -> str:
     return str(name).rstrip("/").rsplit("/", 1)[-1]
 
 
-def slug(name):
+def slug(name: object) -> str:
     """Lower-case short model name with every run of other characters turned into '-'."""
     text = re.sub(r"[^a-z0-9]+", "-", short_name(name).lower()).strip("-")
     return text[:63].rstrip("-")
 
 
-def instance_name(entry):
+def instance_name(entry: Mapping[str, Any]) -> str:
     """The entry's ``instance`` key, or the slug of its model name."""
     given = entry.get("instance")
     if given not in (None, ""):
@@ -63,11 +70,13 @@ def instance_name(entry):
     return name
 
 
-def _boards(ids):
+def _boards(ids: set[int]) -> str:
     return "every board" if not ids else f"device ids {sorted(ids)}"
 
 
-def plan_instances(models, device, base_port=DEFAULT_BASE_PORT):
+def plan_instances(
+    models: list[Any] | None, device: str | None, base_port: int | str = DEFAULT_BASE_PORT
+) -> tuple[list[JSON], list[str]]:
     """Instances of ``models`` (tt_models) and the clashes between them.
 
     Returns ``(instances, problems)``. Each instance is a dict with ``instance``, ``name``, ``index``
@@ -76,15 +85,15 @@ def plan_instances(models, device, base_port=DEFAULT_BASE_PORT):
     ``impl``, ``engine``, ``image``, ``image_archive``. ``problems`` lists clashes of present instances
     (a port or a board used twice, both model names given) and names used twice.
     """
-    instances = []
-    problems = []
+    instances: list[JSON] = []
+    problems: list[str] = []
     for index, entry in enumerate(models or []):
         if not isinstance(entry, dict) or not entry.get("name"):
             raise ServeError(f"tt_models entry {index} ({entry!r}) has no name; every entry needs the model's name.")
         port = entry.get("port")
         port = int(base_port) + index if port in (None, "") else int(port)
         ids = entry.get("device_ids") or []
-        instance = {
+        instance: JSON = {
             "instance": instance_name(entry),
             "name": str(entry["name"]),
             "index": index,
@@ -103,7 +112,7 @@ def plan_instances(models, device, base_port=DEFAULT_BASE_PORT):
             )
         instances.append(instance)
 
-    seen = {}
+    seen: dict[str, JSON] = {}
     for item in instances:
         other = seen.get(item["instance"])
         if other is not None:
@@ -137,7 +146,7 @@ def plan_instances(models, device, base_port=DEFAULT_BASE_PORT):
 _ANY_IPV4 = "0.0.0.0"  # nosec B104
 
 
-def health_host(bind_host):
+def health_host(bind_host: str | None) -> str:
     """Address the host itself reaches a published port on."""
     if bind_host in (_ANY_IPV4, "", None):
         return "127.0.0.1"
@@ -148,9 +157,9 @@ def health_host(bind_host):
 # Env files: KEY=VALUE lines, read by docker run --env-file (no quoting, no expansion).
 
 
-def parse_env(text):
+def parse_env(text: str | None) -> dict[str, str]:
     """The variables of an env file; blank lines and comments are skipped."""
-    values = {}
+    values: dict[str, str] = {}
     for line in (text or "").splitlines():
         line = line.strip()
         if not line or line.startswith("#") or "=" not in line:
@@ -160,7 +169,7 @@ def parse_env(text):
     return values
 
 
-def render_env(values, header=""):
+def render_env(values: Mapping[str, Any], header: str = "") -> str:
     """Env file text for ``values``, keys sorted; refuses what docker --env-file cannot carry."""
     lines = [f"# {line}" for line in header.splitlines()] if header else []
     for key in sorted(values):
@@ -176,12 +185,18 @@ def render_env(values, header=""):
     return "\n".join(lines) + "\n"
 
 
-def new_secret():
+def new_secret() -> str:
     """A fresh API key: 43 URL-safe characters (256 bits)."""
     return secrets.token_urlsafe(32)
 
 
-def desired_env(engine, existing, api_key=None, hf_token=None, no_auth=False):
+def desired_env(
+    engine: object,
+    existing: Mapping[str, str],
+    api_key: str | None = None,
+    hf_token: str | None = None,
+    no_auth: bool = False,
+) -> tuple[dict[str, str], bool]:
     """The env file variables of an instance and whether its API key is newly generated.
 
     Only what the container needs: its engine's API key variable (the given ``api_key``, else the one
@@ -195,7 +210,7 @@ def desired_env(engine, existing, api_key=None, hf_token=None, no_auth=False):
             "serve_api_keys gives upstream's well-known default key; give a random one or leave it out to have "
             "one generated on the host."
         )
-    values = {}
+    values: dict[str, str] = {}
     generated = False
     if not no_auth:
         key = api_key or existing.get(variable)

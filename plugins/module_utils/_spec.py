@@ -30,12 +30,19 @@ import posixpath
 import re
 import subprocess
 import sys
+from typing import TYPE_CHECKING, cast
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
     SafeFileError,
     opened_dir,
     read_bytes,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator, Mapping
+    from typing import Any
+
+    JSON = dict[str, Any]
 
 CONTAINER_HOME = "/home/container_app_user"
 CONTAINER_CACHE_ROOT = CONTAINER_HOME + "/cache_root"
@@ -247,7 +254,7 @@ class CodeImportError(SpecError):
     on this side); ``str()`` is the reason alone, without the hint.
     """
 
-    def __init__(self, message, cause, hint=""):
+    def __init__(self, message: str, cause: str, hint: str = "") -> None:
         super().__init__(message)
         self.cause = cause
         self.hint = hint
@@ -274,7 +281,7 @@ _MIN_PYTHON = (3, 10)
 # Input validation
 
 
-def check_name(value, option, allow_org=False):
+def check_name(value: object, option: str, allow_org: bool = False) -> str:
     """Return ``value`` if it is a safe name for ``option``, else raise SpecError.
 
     Names end up in paths and docker arguments: at most one ``/`` (an HF ``org/name``) when
@@ -304,11 +311,11 @@ def check_name(value, option, allow_org=False):
     return value
 
 
-def _spec_error(where, field, value, problem):
+def _spec_error(where: str, field: str, value: object, problem: str) -> SpecError:
     return SpecError(f"{where}: {field} {value!r} {problem}; {_SPEC_FIX}.")
 
 
-def _check_component(value, field, where, mount=False):
+def _check_component(value: object, field: str, where: str, mount: bool = False) -> str:
     """A spec value that becomes one path component (of a volume, weights or cache directory).
 
     With ``mount`` it also reaches ``docker run --mount``/``--volume`` values, which it must not split.
@@ -330,7 +337,7 @@ def _check_component(value, field, where, mount=False):
     return value
 
 
-def _check_argument(value, field, where, allow_org=False):
+def _check_argument(value: object, field: str, where: str, allow_org: bool = False) -> str:
     """A spec value passed as one docker or container argument (an image, an HF repository, an impl name)."""
     if not isinstance(value, str) or not value:
         raise _spec_error(where, field, value, "must be a non-empty string")
@@ -343,7 +350,7 @@ def _check_argument(value, field, where, allow_org=False):
     return value
 
 
-def _check_env(env, field, where):
+def _check_env(env: object, field: str, where: str) -> None:
     """``env_vars`` of a spec: names docker -e accepts, single-line scalar values."""
     if env is None:
         return
@@ -362,7 +369,7 @@ def _check_env(env, field, where):
 # Versions and names
 
 
-def parse_version_tuple(value):
+def parse_version_tuple(value: object) -> tuple[int, ...] | None:
     """Leading ``X.Y[.Z]`` of ``value`` as a 3-tuple (short forms padded), or None (``dev``, ``latest``)."""
     if not isinstance(value, str) or not value:
         return None
@@ -374,14 +381,14 @@ def parse_version_tuple(value):
     return tuple(numbers)
 
 
-def parse_image_version(image):
+def parse_image_version(image: object) -> tuple[int, ...] | None:
     """Version prefix of a docker image tag (text after the last ``:``), or None."""
     if not isinstance(image, str) or ":" not in image:
         return None
     return parse_version_tuple(image.rsplit(":", 1)[1])
 
 
-def is_legacy_interface(inference_engine, version):
+def is_legacy_interface(inference_engine: object, version: object) -> bool:
     """True for vLLM specs whose image predates the v0.11.0 interface (run.py refuses them).
 
     Media and forge images are not affected; an unparseable version counts as current.
@@ -392,17 +399,17 @@ def is_legacy_interface(inference_engine, version):
     return parsed is not None and parsed < MIN_CURRENT_INTERFACE_VERSION
 
 
-def volume_name(impl_id, model_name, version):
+def volume_name(impl_id: str, model_name: str, version: str | int | float) -> str:
     """Host volume directory name used with ``--host-volume``."""
     return f"volume_id_{impl_id}-{model_name}-v{version}"
 
 
-def named_volume(impl_id, model_name):
+def named_volume(impl_id: str, model_name: str) -> str:
     """Docker named volume used when no host volume is given (version independent)."""
     return f"volume_id_{impl_id}-{model_name}"
 
 
-def mesh_name(device, device_mesh=None):
+def mesh_name(device: object, device_mesh: Mapping[str, str] | None = None) -> str:
     """Mesh directory name of a TTIS device (``galaxy`` -> ``TG``, ``p300x2`` -> ``P300x2``)."""
     key = str(device).upper()
     if device_mesh and key in device_mesh:
@@ -415,17 +422,17 @@ def mesh_name(device, device_mesh=None):
     )
 
 
-def weights_subdir(model_name):
+def weights_subdir(model_name: str) -> str:
     """Weights directory relative to the volume (cache_root)."""
     return f"weights/{model_name}"
 
 
-def tt_metal_cache_subdir(model_name, mesh):
+def tt_metal_cache_subdir(model_name: str, mesh: str) -> str:
     """Tensor cache directory relative to the volume (cache_root)."""
     return f"tt_metal_cache/cache_{model_name}/{mesh}"
 
 
-def container_tt_cache_path(model_name, mesh):
+def container_tt_cache_path(model_name: str, mesh: str) -> str:
     """TT_CACHE_PATH inside the container."""
     return f"{CONTAINER_CACHE_ROOT}/{tt_metal_cache_subdir(model_name, mesh)}"
 
@@ -434,7 +441,7 @@ def container_tt_cache_path(model_name, mesh):
 # Loading
 
 
-def _read_json(path):
+def _read_json(path: str) -> Any:
     """A spec export, plain or gzip, at most SPEC_FILE_LIMIT bytes either way: a regular file, not a link planted in a
     directory a non-root user can write, never a FIFO or device."""
     directory, name = os.path.split(os.path.abspath(path))
@@ -454,6 +461,8 @@ def _read_json(path):
             f"Cannot read spec file {path}: {reason}. Give the path of a release_model_spec.json "
             "(or model_specs_output.json) export, or a tt-inference-server checkout instead."
         )
+    # Every path that leaves raw None (or unset) set reason above, so here it holds the file's bytes.
+    raw = cast(bytes, raw)
     try:
         if raw[:2] == b"\x1f\x8b":
             with gzip.GzipFile(fileobj=io.BytesIO(raw)) as handle:
@@ -468,7 +477,7 @@ def _read_json(path):
         ) from None
 
 
-def _is_spec(value):
+def _is_spec(value: object) -> bool:
     return (
         isinstance(value, dict)
         and isinstance(value.get("impl"), dict)
@@ -477,7 +486,7 @@ def _is_spec(value):
     )
 
 
-def _is_nested(data):
+def _is_nested(data: object) -> bool:
     specs = data.get("model_specs") if isinstance(data, dict) else None
     if not isinstance(specs, dict):
         return False
@@ -493,16 +502,16 @@ def _is_nested(data):
     return True
 
 
-def _is_flat(data):
+def _is_flat(data: object) -> bool:
     return isinstance(data, dict) and bool(data) and all(_is_spec(spec) for spec in data.values())
 
 
-def _show(value):
+def _show(value: object) -> str:
     """``value`` as it is when printable, else its repr (a newline must not split an error message)."""
     return value if isinstance(value, str) and value.isprintable() else repr(value)
 
 
-def _source_label(path, release_version):
+def _source_label(path: str | None, release_version: object) -> str:
     """How error messages name where specs come from."""
     if path and release_version:
         return f"{path} (tt-inference-server {release_version})"
@@ -511,7 +520,9 @@ def _source_label(path, release_version):
     return f"the specs of tt-inference-server {release_version}" if release_version else "the given specs"
 
 
-def _require(mapping, key, types, where, field, optional=False):
+def _require(
+    mapping: Mapping[str, Any], key: str, types: tuple[type, ...], where: str, field: str, optional: bool = False
+) -> Any:
     """``mapping[key]`` when it has one of ``types`` (a string must not be empty), else SpecError naming it."""
     value = mapping.get(key)
     if value is None and optional:
@@ -519,12 +530,16 @@ def _require(mapping, key, types, where, field, optional=False):
     if key not in mapping:
         raise SpecError(f"{where} has no {field!r}; {_SPEC_FIX}.")
     if not isinstance(value, types) or value == "":
-        wanted = " or ".join({dict: "a mapping", str: "a non-empty string"}.get(t, t.__name__) for t in types)
+        # Annotated: mypy infers the keys of the literal as ABCMeta, which a ``type`` does not match.
+        type_names: dict[type, str] = {dict: "a mapping", str: "a non-empty string"}
+        wanted = " or ".join(type_names.get(t, t.__name__) for t in types)
         raise SpecError(f"{where}: {field} {value!r} is a {type(value).__name__}, not {wanted}; {_SPEC_FIX}.")
     return value
 
 
-def _check_spec_shape(spec, source, model=None, device=None):
+def _check_spec_shape(
+    spec: Mapping[str, Any], source: str, model: str | None = None, device: str | None = None
+) -> None:
     """The keys that selecting and deriving read, with their types, so a malformed spec fails with a message that
     names the source, the model, the device and the key instead of a bare KeyError."""
     if isinstance(spec.get("model_name"), str):
@@ -549,7 +564,7 @@ def _check_spec_shape(spec, source, model=None, device=None):
         _require(dms, key, (dict,), where, f"device_model_spec.{key}", optional=True)
 
 
-def _current_release_image(spec, old_version, new_version):
+def _current_release_image(spec: Mapping[str, Any], old_version: object, new_version: object) -> str | None:
     image = spec.get("docker_image")
     prefix = f"{_VLLM_RELEASE_REPO}:{old_version}-"
     if isinstance(image, str) and image.startswith(prefix):
@@ -557,13 +572,13 @@ def _current_release_image(spec, old_version, new_version):
     return image
 
 
-def _nest_flat(flat, release_version):
+def _nest_flat(flat: Mapping[str, Any], release_version: str | None) -> JSON:
     """Legacy ``{model_id: spec}`` (TTIS < v0.11) in the nested shape.
 
     Before v0.11 every spec's version and default image tag came from the checkout's VERSION file
     at run time, so with a known release those replace the (possibly stale) exported values.
     """
-    nested = {}
+    nested: JSON = {}
     for spec in flat.values():
         spec = dict(spec)
         spec.setdefault("inference_engine", "vLLM")
@@ -577,14 +592,14 @@ def _nest_flat(flat, release_version):
     return nested
 
 
-def catalog_from_data(data, source, path=None, release_version=None):
+def catalog_from_data(data: Any, source: str, path: str | None = None, release_version: str | None = None) -> JSON:
     """Catalog from parsed JSON in either shape; raises SpecError for anything else.
 
     ``legacy_layout`` marks releases before v0.11, whose run.py always bind-mounted the versioned
     host volume and read weights from the HF cache instead of ``weights/<model_name>``.
     """
     if _is_nested(data):
-        catalog = dict(data)
+        catalog: JSON = dict(data)
         if not catalog.get("release_version"):
             catalog["release_version"] = release_version
         label = _source_label(path, catalog["release_version"])
@@ -618,12 +633,12 @@ def catalog_from_data(data, source, path=None, release_version=None):
     return catalog
 
 
-def load_spec_file(path, source=SOURCE_SPEC_FILE, release_version=None):
+def load_spec_file(path: str, source: str = SOURCE_SPEC_FILE, release_version: str | None = None) -> JSON:
     """Load a JSON (optionally gzip-compressed) spec export of either shape."""
     return catalog_from_data(_read_json(path), source, path=path, release_version=release_version)
 
 
-def _read_version_file(checkout):
+def _read_version_file(checkout: str) -> str | None:
     try:
         with opened_dir(checkout) as dirfd:
             raw = read_bytes(dirfd, "VERSION", _VERSION_FILE_LIMIT)
@@ -632,18 +647,18 @@ def _read_version_file(checkout):
     return (raw or b"").decode("utf-8", "replace").strip() or None
 
 
-def _last_line(text):
+def _last_line(text: str | None) -> str:
     lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
     return lines[-1] if lines else "no output"
 
 
-def _one_line(value, limit=400):
+def _one_line(value: object, limit: int = 400) -> str:
     """``value`` as one line of at most ``limit`` characters, for messages built from another program's output."""
     text = " ".join(str(value).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _import_failure(info, interpreter, checkout):
+def _import_failure(info: Mapping[str, Any], interpreter: str, checkout: str) -> CodeImportError:
     """CodeImportError for the ``error`` document of _EXPORT_PROGRAM: the cause, in words, and its fix."""
     version = tuple(part for part in info.get("python") or () if isinstance(part, int))
     with_python = f"{interpreter} (Python {'.'.join(str(part) for part in version) or 'of unknown version'})"
@@ -662,7 +677,8 @@ def _import_failure(info, interpreter, checkout):
         )
     name = _one_line(info.get("type") or "error")
     message = _one_line(info.get("message") or "")
-    module = info.get("module") if isinstance(info.get("module"), str) else ""
+    # The cast states what the isinstance test just checked (a call's result is not narrowed).
+    module = cast(str, info.get("module")) if isinstance(info.get("module"), str) else ""
     error = f"{name}: {message}" if message else name
     where = f" at {_one_line(info['where'])}" if info.get("where") else ""
     if name in ("ModuleNotFoundError", "ImportError") and module.split(".")[0] == "yaml":
@@ -695,7 +711,12 @@ def _import_failure(info, interpreter, checkout):
     )
 
 
-def export_from_checkout(checkout, python=None, timeout=_IMPORT_TIMEOUT, model_specs_env=DEFAULT_MODEL_SPECS_ENV):
+def export_from_checkout(
+    checkout: str,
+    python: str | None = None,
+    timeout: float = _IMPORT_TIMEOUT,
+    model_specs_env: str = DEFAULT_MODEL_SPECS_ENV,
+) -> JSON:
     """Import the checkout's ``workflows.model_spec`` with ``python`` and return its catalog.
 
     ``model_specs_env`` is passed as MODEL_SPECS_ENV, which TTIS v0.16.0 and later read at import time to load
@@ -752,7 +773,7 @@ def export_from_checkout(checkout, python=None, timeout=_IMPORT_TIMEOUT, model_s
     return catalog
 
 
-def release_python(checkout):
+def release_python(checkout: str) -> str | None:
     """Interpreter of the venv the inference_server role made for a release checkout, else None.
 
     The role installs ``<root>/releases/<tag>`` with its venv in ``<root>/venvs/<tag>``; the checkout
@@ -766,7 +787,7 @@ def release_python(checkout):
     return candidate if os.path.isfile(candidate) and os.access(candidate, os.X_OK) else None
 
 
-def default_checkout(tt_inference_server_dir=None, spec_file=None):
+def default_checkout(tt_inference_server_dir: str | None = None, spec_file: str | None = None) -> str | None:
     """The checkout to read: the one given, none with a spec file, else the role's current release."""
     if tt_inference_server_dir or spec_file:
         return tt_inference_server_dir
@@ -780,7 +801,7 @@ def default_checkout(tt_inference_server_dir=None, spec_file=None):
     return default
 
 
-def _dev_catalog(checkout, has_code, python, timeout):
+def _dev_catalog(checkout: str, has_code: bool, python: str | None, timeout: float) -> JSON:
     """The dev catalog of a checkout (TTIS v0.16.0 and later), from its code only: the exports hold the prod one."""
     release = _read_version_file(checkout)
     label = f"{checkout} (tt-inference-server {release})" if release else checkout
@@ -801,7 +822,12 @@ def _dev_catalog(checkout, has_code, python, timeout):
         ) from None
 
 
-def load_checkout(checkout, python=None, timeout=_IMPORT_TIMEOUT, model_specs_env=DEFAULT_MODEL_SPECS_ENV):
+def load_checkout(
+    checkout: str,
+    python: str | None = None,
+    timeout: float = _IMPORT_TIMEOUT,
+    model_specs_env: str = DEFAULT_MODEL_SPECS_ENV,
+) -> JSON:
     """Catalog of a TTIS checkout: its own code first, then its exported JSON files.
 
     Order: import ``workflows.model_spec`` (needs Python >= 3.10 and PyYAML in ``python``, by default
@@ -825,8 +851,8 @@ def load_checkout(checkout, python=None, timeout=_IMPORT_TIMEOUT, model_specs_en
     python = python or release_python(checkout)
     if model_specs_env == "dev":
         return _dev_catalog(checkout, has_code, python, timeout)
-    reasons = []
-    failure = None
+    reasons: list[str] = []
+    failure: CodeImportError | None = None
     if has_code:
         try:
             return export_from_checkout(checkout, python=python, timeout=timeout)
@@ -858,7 +884,12 @@ def load_checkout(checkout, python=None, timeout=_IMPORT_TIMEOUT, model_specs_en
     )
 
 
-def load_catalog(tt_inference_server_dir=None, spec_file=None, python=None, model_specs_env=DEFAULT_MODEL_SPECS_ENV):
+def load_catalog(
+    tt_inference_server_dir: str | None = None,
+    spec_file: str | None = None,
+    python: str | None = None,
+    model_specs_env: str = DEFAULT_MODEL_SPECS_ENV,
+) -> JSON:
     """Catalog from exactly one of a checkout directory or a spec file."""
     if bool(tt_inference_server_dir) == bool(spec_file):
         raise SpecError("Give exactly one of tt_inference_server_dir or spec_file.")
@@ -873,20 +904,21 @@ def load_catalog(tt_inference_server_dir=None, spec_file=None, python=None, mode
         catalog = load_spec_file(spec_file)
         catalog["model_specs_env"] = None
         return catalog
-    return load_checkout(tt_inference_server_dir, python=python, model_specs_env=model_specs_env)
+    # Exactly one of the two is set and spec_file is not: tt_inference_server_dir is the checkout's path.
+    return load_checkout(cast(str, tt_inference_server_dir), python=python, model_specs_env=model_specs_env)
 
 
 # ---------------------------------------------------------------------------------------------
 # Selection
 
 
-def _ensure_catalog(specs):
+def _ensure_catalog(specs: object) -> JSON:
     if isinstance(specs, dict) and "source" in specs and "model_specs" in specs:
         return specs
     return catalog_from_data(specs, SOURCE_SPEC_FILE)
 
 
-def iter_specs(catalog):
+def iter_specs(catalog: Mapping[str, Any]) -> Iterator[JSON]:
     """Every spec of a catalog, in export order."""
     for devices in catalog["model_specs"].values():
         for engines in devices.values():
@@ -894,25 +926,25 @@ def iter_specs(catalog):
                 yield from impls.values()
 
 
-def _release_label(catalog):
+def _release_label(catalog: Mapping[str, Any]) -> str:
     release = catalog.get("release_version")
     label = f"tt-inference-server {release}" if release else "this spec"
     return f"the dev catalog of {label}" if catalog.get("model_specs_env") == "dev" else label
 
 
-def known_devices(catalog):
+def known_devices(catalog: Mapping[str, Any]) -> set[str]:
     """Upper-case device names that the catalog or TTIS knows."""
     names = set(MESH_BY_DEVICE) | set(catalog.get("devices") or ()) | set(catalog.get("device_mesh") or ())
     names.update(str(spec["device_type"]).upper() for spec in iter_specs(catalog))
     return names
 
 
-def catalog_devices(catalog):
+def catalog_devices(catalog: Mapping[str, Any]) -> list[str]:
     """Lower-case device names that have at least one spec, sorted."""
     return sorted({str(spec["device_type"]).lower() for spec in iter_specs(catalog)})
 
 
-def canonical_device(catalog, device):
+def canonical_device(catalog: Mapping[str, Any], device: str) -> str:
     """Catalog key (upper case) of a TTIS device name given in any case."""
     check_name(device, "device")
     key = device.upper()
@@ -926,7 +958,7 @@ def canonical_device(catalog, device):
     )
 
 
-def canonical_engine(engine):
+def canonical_engine(engine: str) -> str:
     """Inference engine value (``vLLM``, ``media``, ``forge``) from a name in any case."""
     check_name(engine, "engine")
     for value in ENGINES:
@@ -935,20 +967,20 @@ def canonical_engine(engine):
     raise SpecError(f"Unknown engine {engine!r}; choose one of: {', '.join(e.lower() for e in ENGINES)}.")
 
 
-def _choice_text(spec):
+def _choice_text(spec: Mapping[str, Any]) -> str:
     dms = spec.get("device_model_spec") or {}
     impl = spec["impl"]
     default = ", default" if dms.get("default_impl") else ""
     return f"impl={impl['impl_name']} (impl_id {impl['impl_id']}), engine={spec['inference_engine'].lower()}{default}"
 
 
-def _model_matches(spec, model):
+def _model_matches(spec: Mapping[str, Any], model: str) -> bool:
     return spec["model_name"] == model or spec["hf_model_repo"] == model
 
 
-def _close_models(device_specs, model):
+def _close_models(device_specs: Iterable[Mapping[str, Any]], model: str) -> list[str]:
     names = sorted({spec["model_name"] for spec in device_specs})
-    by_lower = {}
+    by_lower: dict[str, str] = {}
     for name in names:
         by_lower.setdefault(name.lower(), name)
     wanted = model.rsplit("/", 1)[-1].lower()
@@ -956,7 +988,9 @@ def _close_models(device_specs, model):
     return [by_lower[name] for name in close]
 
 
-def select_spec(catalog, model, device, impl=None, engine=None):
+def select_spec(
+    catalog: Mapping[str, Any], model: str, device: str, impl: str | None = None, engine: str | None = None
+) -> JSON:
     """The spec that ``run.py --model MODEL --tt-device DEVICE [--impl] [--engine]`` would run.
 
     Among the specs of that model and device (filtered by impl and engine when given), the one
@@ -1019,10 +1053,10 @@ def select_spec(catalog, model, device, impl=None, engine=None):
 # Derivation
 
 
-def _system_requirements(value):
+def _system_requirements(value: object) -> dict[str, JSON | None] | None:
     if not isinstance(value, dict):
         return None
-    result = {}
+    result: dict[str, JSON | None] = {}
     for key in ("firmware", "kmd"):
         requirement = value.get(key)
         result[key] = (
@@ -1033,7 +1067,7 @@ def _system_requirements(value):
     return result
 
 
-def _volume_root(volume_root):
+def _volume_root(volume_root: object) -> str | None:
     if not volume_root:
         return None
     if not isinstance(volume_root, str) or _CONTROL_CHARS.search(volume_root):
@@ -1044,13 +1078,13 @@ def _volume_root(volume_root):
     return posixpath.normpath(root)
 
 
-def spec_mesh(spec, catalog=None):
+def spec_mesh(spec: Mapping[str, Any], catalog: Mapping[str, Any] | None = None) -> str:
     """Tensor cache leaf of a spec: the data-parallel subdevice's mesh first, else the device's."""
     device_mesh = (catalog or {}).get("device_mesh")
     return mesh_name(spec.get("subdevice_type") or spec["device_type"], device_mesh)
 
 
-def derive(spec, catalog=None, volume_root=None):
+def derive(spec: Mapping[str, Any], catalog: Mapping[str, Any] | None = None, volume_root: str | None = None) -> JSON:
     """Everything a playbook needs about one spec: names, paths, image, requirements."""
     catalog = catalog or {}
     source = _source_label(catalog.get("path"), catalog.get("release_version"))
@@ -1090,7 +1124,7 @@ def derive(spec, catalog=None, volume_root=None):
     cache = tt_metal_cache_subdir(model_name, mesh)
     volume_path = posixpath.join(root, vol) if root else vol
     env_vars = {**(spec.get("env_vars") or {}), **(dms.get("env_vars") or {})}
-    container = {
+    container: dict[str, str] = {
         "cache_root": CONTAINER_CACHE_ROOT,
         "tt_cache_path": container_tt_cache_path(model_name, mesh),
         "weights": f"{CONTAINER_CACHE_ROOT}/{weights}",
@@ -1146,7 +1180,7 @@ def derive(spec, catalog=None, volume_root=None):
     }
 
 
-def check_image(value):
+def check_image(value: object) -> str:
     """``value`` if it is one Docker image reference argument, else SpecError naming option image."""
     if not isinstance(value, str) or not value or value.startswith("-") or re.search(r"[\s\x00-\x1f\x7f]", value):
         raise SpecError(
@@ -1159,7 +1193,7 @@ def check_image(value):
 _CI_IMAGE_TAG = re.compile(r"^([0-9.]+)-([0-9a-fA-F]{40})-([0-9a-fA-F]{7})-(\d+)$")
 
 
-def image_commits(image):
+def image_commits(image: object) -> tuple[str | None, str | None]:
     """``(tt_metal_commit, vllm_commit)`` named by an image tag, as TTIS's parse_commits_from_docker_image reads them.
 
     Only the CI tag ``<version>-<tt-metal commit, 40 hex>-<7 hex>-<timestamp>`` names them; the third part of a
@@ -1174,7 +1208,7 @@ def image_commits(image):
     return match.group(2), None if "tt-media-inference-server" in name else match.group(3)
 
 
-def override_image(spec, image):
+def override_image(spec: Mapping[str, Any], image: str | None) -> Mapping[str, Any]:
     """The spec as ``run.py --override-docker-image IMAGE`` makes it (``ModelSpec.apply_overrides``).
 
     The image replaces the spec's, with the commits its tag names; the version its tag starts with replaces the
@@ -1192,7 +1226,14 @@ def override_image(spec, image):
     return spec
 
 
-def validate_inputs(model=None, device=None, impl=None, engine=None, volume_root=None, image=None):
+def validate_inputs(
+    model: str | None = None,
+    device: str | None = None,
+    impl: str | None = None,
+    engine: str | None = None,
+    volume_root: str | None = None,
+    image: str | None = None,
+) -> None:
     """Reject hostile or malformed selection inputs before any spec is read."""
     if image is not None:
         check_image(image)
@@ -1206,7 +1247,15 @@ def validate_inputs(model=None, device=None, impl=None, engine=None, volume_root
     _volume_root(volume_root)
 
 
-def resolve(specs, model, device, impl=None, engine=None, volume_root=None, image=None):
+def resolve(
+    specs: Mapping[str, Any],
+    model: str,
+    device: str,
+    impl: str | None = None,
+    engine: str | None = None,
+    volume_root: str | None = None,
+    image: str | None = None,
+) -> JSON:
     """Select (model, device[, impl][, engine]) as run.py does and derive its names and paths.
 
     ``specs`` is a catalog from one of the loaders or a parsed export of either shape. ``image`` is
@@ -1219,12 +1268,12 @@ def resolve(specs, model, device, impl=None, engine=None, volume_root=None, imag
     return derive(override_image(spec, image), catalog, volume_root=volume_root)
 
 
-def list_models(specs, device=None, model=None):
+def list_models(specs: Mapping[str, Any], device: str | None = None, model: str | None = None) -> list[JSON]:
     """Every spec servable on ``device`` (all devices when None), optionally for one model."""
     validate_inputs(model=model or None, device=device or None)
     catalog = _ensure_catalog(specs)
     device_key = canonical_device(catalog, device) if device else None
-    rows = []
+    rows: list[JSON] = []
     for spec in iter_specs(catalog):
         if device_key and str(spec["device_type"]).upper() != device_key:
             continue

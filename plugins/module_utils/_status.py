@@ -15,11 +15,20 @@ import stat
 import subprocess
 import time
 import urllib.parse
+from typing import TYPE_CHECKING
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _net
 from ansible_collections.ttfleet.inference.plugins.module_utils._reuse import read_record
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import SafeFileError, open_dir, read_json
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import volume_contents
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping
+    from typing import Any
+
+    JSON = dict[str, Any]
+    # subprocess.run, or a stand-in with its signature (the unit tests pass one).
+    Runner = Callable[..., subprocess.CompletedProcess[str]]
 
 STATE_SUFFIX = ".json"
 # Accepted bandit B104: binds nothing; an instance published on every address is probed on loopback instead.
@@ -28,9 +37,9 @@ _STATE_MAX_BYTES = 1 << 20
 UNIT_PROPERTIES = ("ActiveState", "SubState", "NRestarts", "UnitFileState", "ActiveEnterTimestamp")
 
 
-def read_state_files(state_dir):
+def read_state_files(state_dir: str) -> list[JSON]:
     """Every ``<instance>.json`` in state_dir, sorted by name; unreadable files are reported, not skipped."""
-    found = []
+    found: list[JSON] = []
     try:
         dirfd = open_dir(state_dir)
     except FileNotFoundError:
@@ -41,7 +50,7 @@ def read_state_files(state_dir):
             if not name.endswith(STATE_SUFFIX) or name.startswith("."):
                 continue
             path = os.path.join(state_dir, name)
-            entry = {"instance": name[: -len(STATE_SUFFIX)], "state_file": path, "error": None, "data": {}}
+            entry: JSON = {"instance": name[: -len(STATE_SUFFIX)], "state_file": path, "error": None, "data": {}}
             try:
                 entry["data"] = read_json(dirfd, name, _STATE_MAX_BYTES, where=state_dir, missing={})
             except SafeFileError as exc:
@@ -54,9 +63,9 @@ def read_state_files(state_dir):
     return found
 
 
-def parse_systemctl_show(text):
+def parse_systemctl_show(text: str) -> dict[str, str]:
     """``Key=Value`` lines of ``systemctl show`` into a dict."""
-    props = {}
+    props: dict[str, str] = {}
     for line in text.splitlines():
         key, sep, value = line.partition("=")
         if sep:
@@ -64,7 +73,7 @@ def parse_systemctl_show(text):
     return props
 
 
-def unit_state(unit, runner=subprocess.run):
+def unit_state(unit: str, runner: Runner = subprocess.run) -> JSON:
     """ActiveState and friends of one unit; ``available`` False when systemctl is missing or fails."""
     try:
         proc = runner(
@@ -80,7 +89,7 @@ def unit_state(unit, runner=subprocess.run):
         return {"unit": unit, "available": False, "error": _net.printable((proc.stderr or "").strip()[-300:], 300)}
     props = parse_systemctl_show(proc.stdout)
     try:
-        restarts = int(props.get("NRestarts", "0") or 0)
+        restarts: int | None = int(props.get("NRestarts", "0") or 0)
     except ValueError:
         restarts = None
     return {
@@ -94,7 +103,7 @@ def unit_state(unit, runner=subprocess.run):
     }
 
 
-def health_url(data):
+def health_url(data: Mapping[str, Any]) -> str | None:
     """The URL to probe: the state file's own, else http://127.0.0.1:<port>/health."""
     url = data.get("health_url")
     if isinstance(url, str) and url.startswith(("http://", "https://")):
@@ -108,7 +117,7 @@ def health_url(data):
     return None
 
 
-def _probe_result(url, status, code, started, error=None):
+def _probe_result(url: str, status: str, code: int | None, started: float, error: str | None = None) -> JSON:
     return {
         "url": url,
         "status": status,
@@ -118,7 +127,7 @@ def _probe_result(url, status, code, started, error=None):
     }
 
 
-def probe(url, timeout):
+def probe(url: str | None, timeout: float) -> JSON:
     """GET url within ``timeout`` seconds in all: ``healthy`` on a whole 200 answer, ``unreachable`` when the port
     takes no connection, else ``unhealthy`` (another status, a redirect, a line that is not HTTP, a body that ends
     early or passes MAX_HEALTH_BYTES, a stall): one instance's broken port never fails the host's report.
@@ -151,9 +160,9 @@ def probe(url, timeout):
     return _probe_result(url, "healthy" if code == 200 else "unhealthy", code, started)
 
 
-def describe_expected(path, model_name):
+def describe_expected(path: str | None, model_name: str | None) -> JSON:
     """The expected volume: alias or directory, weights completeness, manifest identity, cache meshes."""
-    info = {
+    info: JSON = {
         "path": path,
         "type": "absent",
         "is_alias": False,
@@ -186,7 +195,7 @@ def describe_expected(path, model_name):
     else:
         info["type"] = "other"
     info["exists"] = os.path.isdir(path)
-    weights = {
+    weights: JSON = {
         "usable": False,
         "complete": False,
         "revision": None,
@@ -194,7 +203,7 @@ def describe_expected(path, model_name):
         "verified": None,
         "manifest": False,
     }
-    meshes = []
+    meshes: list[str] = []
     if info["exists"] and model_name:
         contents = volume_contents(path, model_name)
         status = contents["weights"]
@@ -215,9 +224,9 @@ def describe_expected(path, model_name):
     return info
 
 
-def current_release(releases_root):
+def current_release(releases_root: str) -> dict[str, str | None]:
     """Tags the ``current`` and ``previous`` links of the inference_server layout point at."""
-    result = {"current": None, "previous": None}
+    result: dict[str, str | None] = {"current": None, "previous": None}
     for key in result:
         link = os.path.join(releases_root, key)
         try:
@@ -228,13 +237,13 @@ def current_release(releases_root):
     return result
 
 
-def instance_report(entry, timeout, runner=subprocess.run):
+def instance_report(entry: JSON, timeout: float, runner: Runner = subprocess.run) -> JSON:
     """One instance: its recorded configuration, its unit, its health and its volume."""
     data = entry["data"]
     instance = entry["instance"]
     unit = data.get("unit") or f"tt-serve@{instance}.service"
     model = data.get("model_name") or data.get("model")
-    report = {
+    report: JSON = {
         "instance": instance,
         "state_file": entry["state_file"],
         "error": entry["error"],
@@ -261,7 +270,7 @@ def instance_report(entry, timeout, runner=subprocess.run):
     return report
 
 
-def host_report(state_dir, releases_root, timeout=5.0, runner=subprocess.run):
+def host_report(state_dir: str, releases_root: str, timeout: float = 5.0, runner: Runner = subprocess.run) -> JSON:
     instances = [instance_report(entry, timeout, runner) for entry in read_state_files(state_dir)]
     releases = current_release(releases_root)
     return {
@@ -273,24 +282,24 @@ def host_report(state_dir, releases_root, timeout=5.0, runner=subprocess.run):
     }
 
 
-def _cell(value):
+def _cell(value: object) -> str:
     """One cell of the table, terminal-safe: the rows come from the hosts, whose answers are not trusted."""
     if value is None or value == "":
         return "-"
     return _net.printable(value, 200)
 
 
-def _mapping(value):
+def _mapping(value: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _base(path):
+def _base(path: object) -> str:
     if not isinstance(path, str):
         return "" if path is None else str(path)
     return os.path.basename(path)
 
 
-def status_lines(rows):
+def status_lines(rows: Iterable[Any] | None) -> list[str]:
     """A fixed-width table of the fleet report rows: one line per instance, one per host without any. Every cell
     goes through ``_net.printable``: a state, a name or a path with ESC, OSC, CR, LF or a bidi override reaches the
     terminal as escapes."""

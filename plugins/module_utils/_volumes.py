@@ -21,6 +21,7 @@ import re
 import secrets
 import stat
 import time
+from typing import TYPE_CHECKING
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
     SafeFileError,
@@ -32,6 +33,12 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import
     read_bytes,
     walk,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+    from typing import Any
+
+    JSON = dict[str, Any]
 
 VOLUME_PREFIX = "volume_id_"
 MANIFEST_NAME = ".ttfleet-manifest.json"
@@ -67,7 +74,7 @@ class VolumeError(Exception):
 # Names
 
 
-def check_path_text(value, what):
+def check_path_text(value: object, what: str) -> str:
     """Return ``value`` if it is a usable absolute path string, else raise VolumeError.
 
     Runs before any filesystem call: NUL and control characters, text that is
@@ -86,7 +93,7 @@ def check_path_text(value, what):
     return value
 
 
-def _name_is_clean(name):
+def _name_is_clean(name: str) -> bool:
     if _CONTROL_RE.search(name):
         return False
     try:
@@ -96,12 +103,12 @@ def _name_is_clean(name):
     return True
 
 
-def volume_name(impl_id, model_name, version):
+def volume_name(impl_id: str, model_name: str, version: str) -> str:
     """Host volume directory name run.py uses with ``--host-volume`` (TTIS v0.11.0+)."""
     return f"{VOLUME_PREFIX}{impl_id}-{model_name}-v{version}"
 
 
-def version_key(text):
+def version_key(text: object) -> tuple[int, int, int, int] | None:
     """Sort key for a model version pin (``0.17.0``), or None for anything else.
 
     A pre-release sorts below its release.
@@ -115,14 +122,14 @@ def version_key(text):
     return (int(major), int(minor), int(patch), 0 if pre else 1)
 
 
-def split_suffix(suffix):
+def split_suffix(suffix: str) -> tuple[str | None, str | None]:
     """Classify what follows ``-v`` in a volume name: ``(version, label)``."""
     if version_key(suffix) is not None:
         return suffix, None
     return None, suffix or None
 
 
-def parse_volume_name(name):
+def parse_volume_name(name: str) -> JSON:
     """Split ``volume_id_<impl_id>-<model_name>-v<version|label>``.
 
     impl_ids never contain a hyphen, so the first hyphen ends the impl_id.
@@ -135,7 +142,7 @@ def parse_volume_name(name):
     name, which ``moved_aside_from`` holds (None for every other entry).
     """
     base, infix, _stamp = name.partition(ASIDE_INFIX)
-    result = {
+    result: JSON = {
         "impl_id": None,
         "model_name": None,
         "version": None,
@@ -163,7 +170,7 @@ def parse_volume_name(name):
     return result
 
 
-def match_volume_name(name, impl_id, model_name):
+def match_volume_name(name: str, impl_id: str, model_name: str) -> tuple[str | None, str | None] | None:
     """Return ``(version, label)`` if ``name`` is a host volume of that impl and model, else None.
 
     Directories renamed aside by ``volume_alias`` never match: they were replaced on purpose.
@@ -178,14 +185,14 @@ def match_volume_name(name, impl_id, model_name):
 # Contents of one volume
 
 
-def _names(dirfd):
+def _names(dirfd: int) -> list[str]:
     try:
         return os.listdir(dirfd)
     except OSError:
         return []
 
 
-def _any_below(dirfd, pattern):
+def _any_below(dirfd: int, pattern: str) -> bool:
     # Upstream's "**" (Path.glob) matches at every depth and does not descend into symlinked directories;
     # walk() never follows a link either.
     for _rel, _fd, entries in walk(dirfd, onerror=lambda _exc: None):
@@ -194,13 +201,13 @@ def _any_below(dirfd, pattern):
     return False
 
 
-def _first_match(dirfd, names, pattern):
+def _first_match(dirfd: int, names: list[str], pattern: str) -> bool:
     if pattern.startswith("**/"):
         return _any_below(dirfd, pattern[3:])
     return any(fnmatch.fnmatchcase(name, pattern) for name in names)
 
 
-def _shard_present(dirfd, shard):
+def _shard_present(dirfd: int, shard: str) -> bool:
     """Whether ``shard`` (relative, from an index) is a file below ``dirfd``, without following a link on the way.
     The shard itself may be a link (older Hugging Face downloads link shards into the hub cache): it is stat'ed,
     never opened."""
@@ -217,10 +224,10 @@ def _shard_present(dirfd, shard):
         os.close(fd)
 
 
-def _missing_shards(dirfd, where, problems):
+def _missing_shards(dirfd: int, where: str, problems: list[str]) -> tuple[list[str], bool]:
     """``(missing shards, checked)``: shards named by a checkpoint index that are absent; ``checked`` is False when
     an index is a link or a special file (it is never opened), which makes the weights unusable."""
-    missing = set()
+    missing: set[str] = set()
     checked = True
     for index_name in SHARD_INDEXES:
         try:
@@ -254,8 +261,8 @@ def _missing_shards(dirfd, where, problems):
     return sorted(missing), checked
 
 
-def _weights_status_fd(dirfd, weights_dir, problems):
-    status = {"path": weights_dir, "complete": False, "format": None, "missing_shards": [], "usable": False}
+def _weights_status_fd(dirfd: int, weights_dir: str, problems: list[str]) -> JSON:
+    status: JSON = {"path": weights_dir, "complete": False, "format": None, "missing_shards": [], "usable": False}
     names = _names(dirfd)
     for fmt_name, weights_glob, tokenizer_glob, params_glob, tokenizer_optional in WEIGHT_FORMATS:
         if (
@@ -272,11 +279,11 @@ def _weights_status_fd(dirfd, weights_dir, problems):
     return status
 
 
-def _absent_weights(weights_dir):
+def _absent_weights(weights_dir: str) -> JSON:
     return {"path": weights_dir, "complete": False, "format": None, "missing_shards": [], "usable": False}
 
 
-def weights_status(weights_dir):
+def weights_status(weights_dir: str) -> JSON:
     """Describe ``weights/<model_name>/`` of a volume.
 
     ``complete`` is exactly the upstream rule (some weights file, a tokenizer
@@ -292,8 +299,8 @@ def weights_status(weights_dir):
         return _absent_weights(weights_dir)
 
 
-def _meshes_fd(volume_fd, model_name, where, problems):
-    meshes = []
+def _meshes_fd(volume_fd: int, model_name: str, where: str, problems: list[str]) -> list[str]:
+    meshes: list[str] = []
     try:
         cache_fd = open_relative(volume_fd, f"tt_metal_cache/cache_{model_name}", where=where)
     except FileNotFoundError:
@@ -318,7 +325,7 @@ def _meshes_fd(volume_fd, model_name, where, problems):
     return meshes
 
 
-def tensor_cache_meshes(volume_path, model_name):
+def tensor_cache_meshes(volume_path: str, model_name: str) -> list[str]:
     """Mesh directories under ``tt_metal_cache/cache_<model_name>/`` that hold anything."""
     try:
         with opened_dir(volume_path) as dirfd:
@@ -327,8 +334,8 @@ def tensor_cache_meshes(volume_path, model_name):
         return []
 
 
-def _manifest_fd(dirfd, weights_path):
-    result = {"path": os.path.join(weights_path, MANIFEST_NAME), "present": False, "data": None, "error": None}
+def _manifest_fd(dirfd: int, weights_path: str) -> JSON:
+    result: JSON = {"path": os.path.join(weights_path, MANIFEST_NAME), "present": False, "data": None, "error": None}
     try:
         os.lstat(MANIFEST_NAME, dir_fd=dirfd)
     except OSError:
@@ -344,7 +351,7 @@ def _manifest_fd(dirfd, weights_path):
     return result
 
 
-def read_manifest(weights_path):
+def read_manifest(weights_path: str) -> JSON:
     """Presence and content of the manifest that ttfleet.inference.model_weights writes beside the weights."""
     try:
         with opened_dir(weights_path) as dirfd:
@@ -353,14 +360,14 @@ def read_manifest(weights_path):
         return {"path": os.path.join(weights_path, MANIFEST_NAME), "present": False, "data": None, "error": None}
 
 
-def volume_contents(path, model_name):
+def volume_contents(path: str, model_name: str) -> JSON:
     """Weights status, tensor cache meshes and weights manifest of the volume ``path`` of ``model_name``.
 
     The volume's own link (an alias made by volume_alias) is resolved; below it nothing is followed: a link or a
     special file where a directory, an index or the manifest belongs is reported in ``problems`` (never opened,
     so a FIFO cannot block)."""
     weights_dir = os.path.join(path, "weights", model_name)
-    result = {
+    result: JSON = {
         "weights": _absent_weights(weights_dir),
         "tensor_cache_meshes": [],
         "manifest": {"path": os.path.join(weights_dir, MANIFEST_NAME), "present": False, "data": None, "error": None},
@@ -374,7 +381,7 @@ def volume_contents(path, model_name):
         return result
     try:
         try:
-            weights_fd = open_relative(volume_fd, f"weights/{model_name}", where=path)
+            weights_fd: int | None = open_relative(volume_fd, f"weights/{model_name}", where=path)
         except FileNotFoundError:
             weights_fd = None
         except (OSError, SafeFileError) as exc:
@@ -394,7 +401,7 @@ def volume_contents(path, model_name):
     return result
 
 
-def tree_size(path):
+def tree_size(path: str) -> tuple[int, int, bool]:
     """du-like totals for a tree, never following symlinks, hard links counted once.
 
     Returns ``(apparent_bytes, disk_bytes, complete)``; ``complete`` is False
@@ -409,9 +416,9 @@ def tree_size(path):
     if not stat.S_ISDIR(top.st_mode):
         return apparent, disk, True
     complete = True
-    seen = set()
+    seen: set[tuple[int, int]] = set()
 
-    def incomplete(_exc):
+    def incomplete(_exc: BaseException) -> None:
         nonlocal complete
         complete = False
 
@@ -431,7 +438,7 @@ def tree_size(path):
     return apparent, disk, complete
 
 
-def _file_type(mode):
+def _file_type(mode: int) -> str:
     if stat.S_ISLNK(mode):
         return "link"
     if stat.S_ISDIR(mode):
@@ -441,14 +448,14 @@ def _file_type(mode):
     return "other"
 
 
-def describe_volume(path, model_name=None, sizes=False):
+def describe_volume(path: str, model_name: str | None = None, sizes: bool = False) -> JSON:
     """Everything volume_facts reports about one ``volume_id_*`` entry.
 
     ``model_name`` overrides the name parsed from the entry (weights and
     tensor cache directories are named after the model).
     """
     name = os.path.basename(path)
-    info = {"name": name, "path": path, "root": os.path.dirname(path)}
+    info: JSON = {"name": name, "path": path, "root": os.path.dirname(path)}
     info.update(parse_volume_name(name))
     if model_name is not None:
         info["model_name"] = model_name
@@ -458,7 +465,7 @@ def describe_volume(path, model_name=None, sizes=False):
     info["link_target"] = os.readlink(path) if info["is_link"] else None
     info["realpath"] = os.path.realpath(path)
     try:
-        st = os.stat(path)
+        st: os.stat_result | None = os.stat(path)
     except OSError:
         st = None
     info["exists"] = st is not None and stat.S_ISDIR(st.st_mode)
@@ -494,10 +501,10 @@ def describe_volume(path, model_name=None, sizes=False):
 # Roots
 
 
-def expand_roots(patterns):
+def expand_roots(patterns: Iterable[str | None]) -> list[str]:
     """Expand ``~`` and globs; keep existing directories once each (by realpath), in order."""
-    roots = []
-    seen = set()
+    roots: list[str] = []
+    seen: set[str] = set()
     for pattern in patterns:
         if not pattern:
             continue
@@ -515,14 +522,14 @@ def expand_roots(patterns):
     return roots
 
 
-def scan_root(root, sizes=False):
+def scan_root(root: str, sizes: bool = False) -> tuple[list[JSON], list[str]]:
     """Describe every ``volume_id_*`` entry directly under ``root``.
 
     Returns ``(volumes, warnings)``. Entries whose names hold control
     characters or bytes that are not UTF-8 are skipped with a warning.
     """
-    volumes = []
-    warnings = []
+    volumes: list[JSON] = []
+    warnings: list[str] = []
     try:
         names = sorted(os.listdir(root))
     except FileNotFoundError:
@@ -543,7 +550,7 @@ def scan_root(root, sizes=False):
     return volumes, warnings
 
 
-def scan_roots(roots, sizes=False):
+def scan_roots(roots: Iterable[str], sizes: bool = False) -> tuple[list[JSON], list[str]]:
     """``scan_root`` over several roots; returns ``(volumes, warnings)``."""
     volumes = []
     warnings = []
@@ -558,7 +565,9 @@ def scan_roots(roots, sizes=False):
 # Expected volume and alias candidates
 
 
-def expected_volume(root, derived, volumes=(), sizes=False):
+def expected_volume(
+    root: str, derived: Mapping[str, Any], volumes: Iterable[Mapping[str, Any]] = (), sizes: bool = False
+) -> JSON:
     """The volume the spec expects under ``root``.
 
     ``derived`` is the spec resolution: it needs ``impl_id``, ``model_name``
@@ -569,7 +578,7 @@ def expected_volume(root, derived, volumes=(), sizes=False):
     path = os.path.join(root, name)
     for volume in volumes:
         if volume["path"] == path:
-            entry = dict(volume)
+            entry: JSON = dict(volume)
             break
     else:
         try:
@@ -594,7 +603,7 @@ def expected_volume(root, derived, volumes=(), sizes=False):
     return entry
 
 
-def _candidate_sort_key(candidate):
+def _candidate_sort_key(candidate: Mapping[str, Any]) -> tuple[bool, bool, tuple[int, ...], float, bool, str]:
     vkey = version_key(candidate["version"])
     return (
         not candidate["tensor_cache_for_mesh"],
@@ -606,7 +615,9 @@ def _candidate_sort_key(candidate):
     )
 
 
-def select_candidates(volumes, derived, expected):
+def select_candidates(
+    volumes: Iterable[Mapping[str, Any]], derived: Mapping[str, Any], expected: Mapping[str, Any]
+) -> list[JSON]:
     """Volumes the expected name could be aliased to, best first.
 
     A candidate has the expected impl_id and model name (another version, a
@@ -621,14 +632,14 @@ def select_candidates(volumes, derived, expected):
     model_name = derived["model_name"]
     mesh = derived.get("mesh")
     expected_real = expected.get("realpath") if expected.get("exists") else None
-    chosen = {}
+    chosen: dict[str, JSON] = {}
     for volume in volumes:
         if volume["path"] == expected["path"]:
             continue
         matched = match_volume_name(volume["name"], impl_id, model_name)
         if matched is None or not volume["exists"]:
             continue
-        candidate = dict(volume)
+        candidate: JSON = dict(volume)
         if candidate["model_name"] != model_name:
             # The generic parse split a label holding "-v" differently.
             candidate = describe_volume(volume["path"], model_name=model_name, sizes="size_bytes" in volume)
@@ -649,7 +660,7 @@ def select_candidates(volumes, derived, expected):
 # Aliases
 
 
-def _lstat_kind(path):
+def _lstat_kind(path: str) -> str:
     try:
         return _file_type(os.lstat(path).st_mode)
     except FileNotFoundError:
@@ -660,7 +671,7 @@ def _lstat_kind(path):
         raise VolumeError(f"cannot inspect {path}: {exc.strerror or exc}") from None
 
 
-def _passes_through(path, node):
+def _passes_through(path: str, node: str) -> bool:
     """True if resolving ``path`` visits ``node`` (a path with resolved parents), or loops."""
     pending = [part for part in path.split("/") if part][::-1]
     current = "/"
@@ -688,11 +699,11 @@ def _passes_through(path, node):
     return False
 
 
-def _within(path, root):
+def _within(path: str, root: str) -> bool:
     return path == root or os.path.commonpath([path, root]) == root
 
 
-def check_source_root(src, allowed_roots):
+def check_source_root(src: str, allowed_roots: Iterable[str] | None) -> str:
     """The real path of ``src``; raises VolumeError when ``allowed_roots`` is set and it resolves outside them."""
     roots = [check_path_text(root, "allowed_roots entry") for root in (allowed_roots or [])]
     src_real = os.path.realpath(src)
@@ -704,7 +715,7 @@ def check_source_root(src, allowed_roots):
     return src_real
 
 
-def _state_text(kind, link_target):
+def _state_text(kind: str, link_target: str | None) -> str | None:
     if kind == "link":
         return link_target
     if kind == "absent":
@@ -712,7 +723,7 @@ def _state_text(kind, link_target):
     return f"<{kind}>"
 
 
-def _aside_name(path, now):
+def _aside_name(path: str, now: float) -> str:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
     base = f"{path}{ASIDE_INFIX}{stamp}"
     candidate = base
@@ -723,11 +734,18 @@ def _aside_name(path, now):
     return candidate
 
 
-def _diff(path, before, after):
+def _diff(path: str, before: str | None, after: str | None) -> dict[str, str]:
     return {"before_header": path, "after_header": path, "before": f"{before}\n", "after": f"{after}\n"}
 
 
-def plan_alias(path, src, force=False, relative=True, allowed_roots=None, now=None):
+def plan_alias(
+    path: str,
+    src: str,
+    force: bool = False,
+    relative: bool = True,
+    allowed_roots: Iterable[str] | None = None,
+    now: float | None = None,
+) -> JSON:
     """Compute how to make ``path`` a symlink to the directory ``src``; touches nothing.
 
     Returns a plan dict for ``apply_plan``: ``action`` is one of none, create,
@@ -761,7 +779,7 @@ def plan_alias(path, src, force=False, relative=True, allowed_roots=None, now=No
     parent_real = os.path.realpath(parent)
     node = os.path.join(parent_real, os.path.basename(path))
     if _passes_through(src, node):
-        loop = f"{src} resolves through {path}"
+        loop: str | None = f"{src} resolves through {path}"
     elif _within(parent_real, src_real):
         loop = f"{src} contains {path}"
     else:
@@ -809,7 +827,7 @@ def plan_alias(path, src, force=False, relative=True, allowed_roots=None, now=No
     }
 
 
-def plan_absent(path):
+def plan_absent(path: str) -> JSON:
     """Compute how to remove the alias ``path``; only symlinks are ever removed."""
     check_path_text(path, "path")
     path = os.path.normpath(path)
@@ -835,7 +853,7 @@ def plan_absent(path):
     }
 
 
-def _fsync_dir(directory):
+def _fsync_dir(directory: str) -> None:
     try:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     except OSError:
@@ -847,7 +865,7 @@ def _fsync_dir(directory):
         os.close(fd)
 
 
-def _replace_with_symlink(target, path):
+def _replace_with_symlink(target: str, path: str) -> None:
     parent = os.path.dirname(path)
     for _attempt in range(100):
         temp = os.path.join(parent, f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}")
@@ -869,7 +887,7 @@ def _replace_with_symlink(target, path):
         raise
 
 
-def apply_plan(plan):
+def apply_plan(plan: JSON) -> JSON:
     """Carry out a plan from ``plan_alias``/``plan_absent``; re-checks the state it relies on."""
     action = plan["action"]
     path = plan["path"]

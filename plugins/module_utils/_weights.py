@@ -34,6 +34,7 @@ import time
 import urllib.error
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, cast
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _net as net
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import (
@@ -69,6 +70,39 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import
     write_json,
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
+    from email.message import Message
+    from types import TracebackType
+    from typing import Any, NoReturn, Protocol, TypeGuard, TypeVar
+
+    # Decoded JSON and the dicts built like it: module options, file items, plans, manifests, digests, stats.
+    JSON = dict[str, Any]
+    # (uid, gid)
+    Owner = tuple[int, int]
+    # allow_patterns / ignore_patterns (fnmatch patterns; None for none).
+    Patterns = Iterable[str] | None
+    # What a manifest records for its source: repo_id and revision, or a path (see identity_of).
+    Identity = Mapping[str, object]
+    # callback(done_bytes, total_bytes, file) of a transfer.
+    ProgressCallback = Callable[[int, int, str], object]
+    _T = TypeVar("_T")
+
+    class _Response(Protocol):
+        """An open answer of a source: an http.client response, or a ``_ClosingResponse`` around one."""
+
+        @property
+        def headers(self) -> Message: ...
+
+        def read(self, amount: int | None = ..., /) -> bytes: ...
+
+        def __enter__(self) -> _Response: ...
+
+        def __exit__(
+            self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None, /
+        ) -> object: ...
+
 
 STAGING_NAME = ".ttfleet-staging"
 STAGING_STATE = ".ttfleet-staging.json"
@@ -137,7 +171,7 @@ class WeightsError(Exception):
 # Text
 
 
-def scrub(text, *secret_values):
+def scrub(text: object, *secret_values: str | None) -> str:
     """``text`` with every secret value (and URL user info) replaced by ``********``."""
     text = str(text)
     for value in secret_values:
@@ -146,11 +180,13 @@ def scrub(text, *secret_values):
     return hide_userinfo(text)
 
 
-def is_commit_sha(revision):
+def is_commit_sha(revision: object) -> TypeGuard[str]:
     return isinstance(revision, str) and bool(_SHA_RE.match(revision))
 
 
-def check_revision(repo_id, revision, allow_floating, endpoint=DEFAULT_ENDPOINT):
+def check_revision(
+    repo_id: str, revision: str | None, allow_floating: bool | None, endpoint: str = DEFAULT_ENDPOINT
+) -> bool:
     """Refuse a branch, tag or short SHA unless ``allow_floating``; return True when it is a pinned commit."""
     if is_commit_sha(revision):
         return True
@@ -172,20 +208,20 @@ def check_revision(repo_id, revision, allow_floating, endpoint=DEFAULT_ENDPOINT)
     )
 
 
-def check_repo_id(repo_id):
+def check_repo_id(repo_id: object) -> str:
     if not isinstance(repo_id, str) or not _REPO_RE.match(repo_id) or ".." in repo_id:
         raise WeightsError(f"repo_id {repo_id!r} is not a Hugging Face repository id; use the form org/name")
     return repo_id
 
 
-def _path_bytes(path):
+def _path_bytes(path: str) -> list[int] | None:
     try:
         return [len(part.encode("utf-8")) for part in path.split("/")]
     except UnicodeError:
         return None
 
 
-def check_relpath(path, origin):
+def check_relpath(path: Any, origin: str) -> str:
     """Refuse a file path from a source that could escape the destination, clash with our own files, not fit a
     filesystem, or show as something else on a terminal (control characters: ESC, newlines, bidi overrides)."""
     parts = path.split("/") if isinstance(path, str) else []
@@ -214,12 +250,14 @@ def check_relpath(path, origin):
 # Patterns
 
 
-def _normalize_patterns(patterns):
+def _normalize_patterns(patterns: Patterns) -> list[str]:
     # As huggingface_hub does: "dir/" means everything below dir.
     return [pattern + "*" if pattern.endswith("/") else pattern for pattern in (patterns or [])]
 
 
-def filter_paths(paths, allow_patterns=None, ignore_patterns=DEFAULT_IGNORE_PATTERNS):
+def filter_paths(
+    paths: Iterable[str], allow_patterns: Patterns = None, ignore_patterns: Patterns = DEFAULT_IGNORE_PATTERNS
+) -> list[str]:
     """Keep paths matching any allow pattern (all when none) and no ignore pattern (fnmatch, ``*`` crosses ``/``)."""
     allow = _normalize_patterns(allow_patterns)
     ignore = _normalize_patterns(ignore_patterns)
@@ -237,34 +275,34 @@ def filter_paths(paths, allow_patterns=None, ignore_patterns=DEFAULT_IGNORE_PATT
 # Hashing
 
 
-def blob_header(size):
+def blob_header(size: int) -> bytes:
     """Prefix git hashes before the content: the tree API's ``oid`` of a non-LFS file is sha1 of both."""
     return b"blob %d\0" % size
 
 
-def git_blob_sha1(content):
+def git_blob_sha1(content: bytes) -> str:
     return hashlib.sha1(blob_header(len(content)) + content, usedforsecurity=False).hexdigest()
 
 
 class Digests:
     """sha256 of the content, plus the git blob sha1 when the size is known up front."""
 
-    def __init__(self, blob_size=None):
+    def __init__(self, blob_size: int | None = None) -> None:
         self.sha256 = hashlib.sha256()
         self.sha1 = None
         if blob_size is not None:
             self.sha1 = hashlib.sha1(blob_header(blob_size), usedforsecurity=False)
 
-    def update(self, data):
+    def update(self, data: bytes) -> None:
         self.sha256.update(data)
         if self.sha1 is not None:
             self.sha1.update(data)
 
-    def result(self):
+    def result(self) -> JSON:
         return {"sha256": self.sha256.hexdigest(), "blob_sha1": self.sha1.hexdigest() if self.sha1 else None}
 
 
-def hash_file(path, blob=False):
+def hash_file(path: str, blob: bool = False) -> JSON:
     """Digests of the regular file ``path`` read in 8 MiB blocks; ``blob`` adds the git blob sha1.
 
     Opened without following a link and refused when it is not a regular file (a FIFO never blocks)."""
@@ -282,14 +320,14 @@ def hash_file(path, blob=False):
     return result
 
 
-def hash_files(requests, workers):
+def hash_files(requests: Mapping[tuple[str, str], tuple[str, bool]], workers: int) -> dict[tuple[str, str], JSON]:
     """Hash ``{key: (path, blob)}`` in parallel; returns ``{key: digests}`` (a file that cannot be read, or is
     no regular file, becomes ``{"error"}``).
 
     hashlib releases the GIL on large blocks, so threads use several cores.
     """
 
-    def one(item):
+    def one(item: tuple[tuple[str, str], tuple[str, bool]]) -> tuple[tuple[str, str], JSON]:
         key, (path, blob) = item
         try:
             return key, hash_file(path, blob)
@@ -308,7 +346,7 @@ def hash_files(requests, workers):
 # Hugging Face Hub protocol
 
 
-def _json_items(body):
+def _json_items(body: bytes) -> int:
     """An upper bound on the values ``json.loads(body)`` builds, from the raw bytes: every value but the first of a
     container follows a comma, and every container opens with ``{`` or ``[``."""
     return body.count(b",") + body.count(b"{") + body.count(b"[") + 1
@@ -328,7 +366,9 @@ class Hub:
     ``_net.MAX_LISTED_FILES`` entries.
     """
 
-    def __init__(self, endpoint=DEFAULT_ENDPOINT, token=None, timeout=60):
+    def __init__(
+        self, endpoint: str | None = DEFAULT_ENDPOINT, token: str | None = None, timeout: float | None = 60
+    ) -> None:
         self.endpoint = (endpoint or DEFAULT_ENDPOINT).rstrip("/")
         if not re.match(r"^https?://[^/\s]+", self.endpoint):
             raise WeightsError(
@@ -340,19 +380,27 @@ class Hub:
         self.timeout = float(timeout or net.DEFAULT_STALL)
 
     @property
-    def name(self):
+    def name(self) -> str:
         """The source as messages name it."""
         return scrub(self.endpoint)
 
-    def deadline(self, what, total=None):
+    def deadline(self, what: str, total: float | None = None) -> net.Deadline:
         """The limits of one request: ``timeout`` seconds without a byte, ``total`` (REQUEST_TOTAL) in all."""
         return net.Deadline(total=REQUEST_TOTAL if total is None else total, stall=self.timeout, what=what)
 
-    def _open_url(self, url, deadline, headers):
+    def _open_url(self, url: str, deadline: net.Deadline, headers: dict[str, str]) -> _Response:
         credentials = {"Authorization": f"Bearer {self.token}"} if self.use_token else None
         return net.open_url(url, deadline, headers=headers, credentials=credentials, credential_origin=self.origin)
 
-    def open(self, url, what, repo_id, headers=None, deadline=None, size=None):
+    def open(
+        self,
+        url: str,
+        what: str,
+        repo_id: str,
+        headers: Mapping[str, str] | None = None,
+        deadline: net.Deadline | None = None,
+        size: int | None = None,
+    ) -> _Response:
         """Open ``url`` within ``deadline``; HTTP errors become WeightsError naming ``what`` and the fix, a
         connection that fails, stalls, passes its deadline or breaks the protocol a ``_net.NetError``. ``size``
         (of the whole file) is for sources that need it. Never shows the token."""
@@ -373,7 +421,7 @@ class Hub:
             exc.close()
             raise WeightsError(scrub(self._http_message(exc.code, detail, what, repo_id), self.token)) from None
 
-    def _http_message(self, code, detail, what, repo_id):
+    def _http_message(self, code: int, detail: str | None, what: str, repo_id: str) -> str:
         why = f" ({net.printable(detail, 300)})" if detail else ""
         if code in (401, 403):
             if self.token:
@@ -394,13 +442,15 @@ class Hub:
             )
         return f"{self.name} answered HTTP {code}{why} for {what} of {repo_id}; retry later or use another hf_endpoint"
 
-    def _net_message(self, what, repo_id, exc):
+    def _net_message(self, what: str, repo_id: str, exc: Exception) -> str:
         return (
             f"{self.name}: {what} of {repo_id} failed: {exc}; check hf_endpoint and the network, or retry later "
             "(timeout is the stall limit in seconds)"
         )
 
-    def get_json(self, url, what, repo_id, deadline=None, max_items=None):
+    def get_json(
+        self, url: str, what: str, repo_id: str, deadline: net.Deadline | None = None, max_items: int | None = None
+    ) -> tuple[Any, str]:
         """``(decoded JSON, Link header)`` of ``url``: at most ``_net.MAX_JSON_BYTES`` and ``max_items`` values
         (counted before decoding), within ``deadline``."""
         deadline = deadline or self.deadline(what)
@@ -415,7 +465,7 @@ class Hub:
             raise WeightsError(scrub(self._net_message(what, repo_id, error), self.token)) from None
         return self._loads(body, what, repo_id, max_items), link
 
-    def _loads(self, body, what, repo_id, max_items):
+    def _loads(self, body: bytes, what: str, repo_id: str, max_items: int) -> Any:
         if _json_items(body) > max_items:
             raise WeightsError(
                 f"{self.name} sent {what} of {repo_id} holding more than {max_items} JSON values, more than a "
@@ -429,10 +479,10 @@ class Hub:
                 "Hugging Face Hub?"
             ) from None
 
-    def _repo_url(self, repo_id):
+    def _repo_url(self, repo_id: str) -> str:
         return "/".join(urllib.parse.quote(part, safe="") for part in repo_id.split("/"))
 
-    def resolve_revision(self, repo_id, revision):
+    def resolve_revision(self, repo_id: str, revision: str) -> str:
         """The commit SHA a branch, tag or short SHA points at (revision API)."""
         url = f"{self.endpoint}/api/models/{self._repo_url(repo_id)}/revision/{urllib.parse.quote(revision, safe='')}"
         data, _link = self.get_json(url, f"revision {revision!r}", repo_id)
@@ -441,7 +491,7 @@ class Hub:
             raise WeightsError(f"{self.name} resolved revision {revision!r} of {repo_id} to no commit SHA")
         return sha
 
-    def list_tree(self, repo_id, sha):
+    def list_tree(self, repo_id: str, sha: str) -> list[JSON]:
         """Every file entry of the tree API at a commit, following ``Link: rel="next"`` pages on the endpoint's
         origin (a next page elsewhere is refused).
 
@@ -450,7 +500,8 @@ class Hub:
         url = f"{self.endpoint}/api/models/{self._repo_url(repo_id)}/tree/{sha}?recursive=true&expand=false"
         what = f"the file list at {sha}"
         listing = self.deadline(what, LISTING_TOTAL)
-        entries, count = [], 0
+        entries: list[JSON] = []
+        count = 0
         for page in range(MAX_LIST_PAGES):
             if listing.remaining() <= 0:
                 raise WeightsError(
@@ -483,15 +534,15 @@ class Hub:
             url = following
         raise WeightsError(f"{self.name} sent more than {MAX_LIST_PAGES} pages of files for {repo_id}")
 
-    def file_url(self, repo_id, sha, path):
+    def file_url(self, repo_id: str, sha: str, path: str) -> str:
         return f"{self.endpoint}/{self._repo_url(repo_id)}/resolve/{sha}/{urllib.parse.quote(path, safe='/')}"
 
 
-def _is_file(entry):
+def _is_file(entry: object) -> bool:
     return isinstance(entry, dict) and entry.get("type") == "file"
 
 
-def _tree_entry(entry):
+def _tree_entry(entry: JSON) -> JSON:
     """The keys of a tree API file entry that ``hf_files`` reads (the rest is dropped as pages arrive)."""
     kept = {"type": "file", "path": entry.get("path"), "size": entry.get("size"), "oid": entry.get("oid")}
     lfs = entry.get("lfs")
@@ -501,8 +552,13 @@ def _tree_entry(entry):
 
 
 def list_hf_source(
-    hub, repo_id, revision, allow_floating=False, allow_patterns=None, ignore_patterns=DEFAULT_IGNORE_PATTERNS
-):
+    hub: Hub,
+    repo_id: str,
+    revision: str | None,
+    allow_floating: bool | None = False,
+    allow_patterns: Patterns = None,
+    ignore_patterns: Patterns = DEFAULT_IGNORE_PATTERNS,
+) -> tuple[str, list[JSON]]:
     """Resolve the revision and list the files to fetch: ``(sha, [file dicts])``.
 
     Each file has path, size, lfs, and the digest to check: ``sha256`` (LFS files, from ``lfs.oid``)
@@ -510,11 +566,17 @@ def list_hf_source(
     """
     check_repo_id(repo_id)
     pinned = check_revision(repo_id, revision, allow_floating, hub.endpoint)
-    sha = revision if pinned else hub.resolve_revision(repo_id, revision or "main")
+    # pinned: check_revision found revision to be a commit SHA.
+    sha = cast(str, revision) if pinned else hub.resolve_revision(repo_id, revision or "main")
     return sha, hf_files(hub.list_tree(repo_id, sha), allow_patterns, ignore_patterns, hub.endpoint)
 
 
-def hf_files(entries, allow_patterns=None, ignore_patterns=DEFAULT_IGNORE_PATTERNS, origin="the Hub"):
+def hf_files(
+    entries: Iterable[Any],
+    allow_patterns: Patterns = None,
+    ignore_patterns: Patterns = DEFAULT_IGNORE_PATTERNS,
+    origin: str = "the Hub",
+) -> list[JSON]:
     """File dicts from tree API entries, filtered by the patterns."""
     by_path = {}
     for entry in entries:
@@ -540,7 +602,9 @@ def hf_files(entries, allow_patterns=None, ignore_patterns=DEFAULT_IGNORE_PATTER
     return [by_path[path] for path in filter_paths(sorted(by_path), allow_patterns, ignore_patterns)]
 
 
-def list_path_source(root, allow_patterns=None, ignore_patterns=DEFAULT_IGNORE_PATTERNS):
+def list_path_source(
+    root: str, allow_patterns: Patterns = None, ignore_patterns: Patterns = DEFAULT_IGNORE_PATTERNS
+) -> list[JSON]:
     """Regular files under a local or NFS directory, walked without following a link.
 
     A link or special file among the files kept by the patterns is refused: a user who can write the source
@@ -555,7 +619,7 @@ def list_path_source(root, allow_patterns=None, ignore_patterns=DEFAULT_IGNORE_P
             f"path {root} is not a directory ({why}); point path at a directory holding the model files"
         ) from None
 
-    def unreadable(exc):
+    def unreadable(exc: Exception) -> NoReturn:
         raise WeightsError(f"cannot list {exc} in path {root}; run again, or fix the directory") from None
 
     found, refused = {}, {}
@@ -606,7 +670,14 @@ def list_path_source(root, allow_patterns=None, ignore_patterns=DEFAULT_IGNORE_P
 # Sources that carry our own manifest: an S3 bucket and a peer host
 
 
-def manifest_files(manifest, repo_id, revision, origin, allow_patterns=None, ignore_patterns=DEFAULT_IGNORE_PATTERNS):
+def manifest_files(
+    manifest: object,
+    repo_id: str,
+    revision: str,
+    origin: str,
+    allow_patterns: Patterns = None,
+    ignore_patterns: Patterns = DEFAULT_IGNORE_PATTERNS,
+) -> list[JSON]:
     """File dicts (with the sha256 to check) from a manifest of ours that a bucket or a peer holds.
 
     The manifest must be for ``repo_id`` at ``revision`` and list a size and a sha256 for every file.
@@ -643,7 +714,7 @@ def manifest_files(manifest, repo_id, revision, origin, allow_patterns=None, ign
     return [by_path[path] for path in filter_paths(sorted(by_path), allow_patterns, ignore_patterns)]
 
 
-def s3_prefix_of(prefix, repo_id, revision):
+def s3_prefix_of(prefix: str | None, repo_id: str, revision: str) -> str:
     """The key prefix of a model in a bucket: ``<prefix>/<repo_id>/<revision>/`` (no leading slash)."""
     parts = [part for part in (prefix or "").strip("/").split("/") if part]
     return "/".join(parts + repo_id.split("/") + [revision]) + "/"
@@ -652,20 +723,21 @@ def s3_prefix_of(prefix, repo_id, revision):
 class _ClosingResponse:
     """An http.client response that also closes its connection, shaped like what urllib returns."""
 
-    def __init__(self, resp):
+    def __init__(self, resp: http.client.HTTPResponse) -> None:
         self._resp = resp
         self.status = resp.status
         self.headers = resp.headers
 
-    def read(self, amount=None):
+    def read(self, amount: int | None = None) -> bytes:
         return self._resp.read(amount)
 
-    def __enter__(self):
+    def __enter__(self) -> _ClosingResponse:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self._resp.close()
-        self._resp.connection_to_close.close()
+        # Set by S3Client.open_object and PeerFiles.open on the response they return.
+        self._resp.connection_to_close.close()  # type: ignore[attr-defined]
 
 
 class S3Files:
@@ -676,22 +748,30 @@ class S3Files:
     directory that this collection filled, manifest included, to publish a model).
     """
 
-    def __init__(self, client, bucket, prefix, repo_id, revision):
+    def __init__(self, client: S3Client, bucket: str, prefix: str | None, repo_id: str, revision: str) -> None:
         self.client = client
         self.bucket = bucket
         self.base = s3_prefix_of(prefix, repo_id, revision)
         self.endpoint = f"{client.endpoint}/{bucket}/{self.base}"
-        self.token = None
+        self.token: str | None = None
         self.timeout = client.timeout
 
-    def file_url(self, _repo_id, _sha, path):
+    def file_url(self, _repo_id: str, _sha: str, path: str) -> str:
         return self.base + path
 
     @property
-    def name(self):
+    def name(self) -> str:
         return self.endpoint
 
-    def open(self, key, what, repo_id, headers=None, deadline=None, size=None):
+    def open(
+        self,
+        key: str,
+        what: str,
+        repo_id: str,
+        headers: Mapping[str, str] | None = None,
+        deadline: net.Deadline | None = None,
+        size: int | None = None,
+    ) -> _ClosingResponse:
         """GET ``key`` (of ``size`` bytes); the client bounds the transfer by its own deadline, sized by the
         object (``deadline`` is the caller's, checked as it reads)."""
         del deadline
@@ -704,7 +784,13 @@ class S3Files:
             raise WeightsError(f"{exc} (reading {what} of {repo_id})") from None
         return _ClosingResponse(resp)
 
-    def list(self, repo_id, revision, allow_patterns=None, ignore_patterns=DEFAULT_IGNORE_PATTERNS):
+    def list(
+        self,
+        repo_id: str,
+        revision: str,
+        allow_patterns: Patterns = None,
+        ignore_patterns: Patterns = DEFAULT_IGNORE_PATTERNS,
+    ) -> list[JSON]:
         origin = f"s3://{self.bucket}/{self.base} at {self.client.endpoint}"
         try:
             status, _headers, body = self.client.request(
@@ -746,23 +832,32 @@ class PeerFiles(Hub):
     connection per request (``_net.connection``, with the same deadlines as the Hub's), no redirect followed,
     and messages name the origin, never the token."""
 
-    def __init__(self, url, timeout=60):
+    def __init__(self, url: str | None, timeout: float | None = 60) -> None:
         if not re.match(r"^https?://[^/\s]+/", url or ""):
             raise WeightsError(
                 f"peer_url {scrub(net.printable(url, 200))!r} is not an http(s) URL ending in /; use the url "
                 "weights_server returns"
             )
+        url = cast(str, url)  # None was refused above
         super().__init__(url.rstrip("/"), None, timeout)
         self.base = url if url.endswith("/") else url + "/"
 
     @property
-    def name(self):
+    def name(self) -> str:
         return f"peer {net.show_origin(self.base)}"
 
-    def file_url(self, _repo_id, _sha, path):
+    def file_url(self, _repo_id: str, _sha: str, path: str) -> str:
         return self.base + urllib.parse.quote(path, safe="/")
 
-    def open(self, url, what, repo_id, headers=None, deadline=None, size=None):
+    def open(
+        self,
+        url: str,
+        what: str,
+        repo_id: str,
+        headers: Mapping[str, str] | None = None,
+        deadline: net.Deadline | None = None,
+        size: int | None = None,
+    ) -> _ClosingResponse:
         """GET ``url`` on the peer's origin within ``deadline``; anything but 200 or 206 (a redirect included) is
         a WeightsError, a connection that fails, stalls, passes its deadline or breaks the protocol a NetError."""
         del size
@@ -782,10 +877,11 @@ class PeerFiles(Hub):
             resp.close()
             conn.close()
             raise WeightsError(self._http_message(resp.status, None, what, repo_id))
-        resp.connection_to_close = conn
+        # An attribute of our own on the http.client response: _ClosingResponse closes the connection with it.
+        resp.connection_to_close = conn  # type: ignore[attr-defined]
         return _ClosingResponse(resp)
 
-    def _http_message(self, code, detail, what, repo_id):
+    def _http_message(self, code: int, detail: str | None, what: str, repo_id: str) -> str:
         if 300 <= code < 400:
             return (
                 f"{self.name} answered {what} of {repo_id} with a redirect (HTTP {code}); a weights_server never "
@@ -796,13 +892,19 @@ class PeerFiles(Hub):
             "or lack that file; run the role again (it restarts the server) or use another source"
         )
 
-    def _net_message(self, what, repo_id, exc):
+    def _net_message(self, what: str, repo_id: str, exc: Exception) -> str:
         return (
             f"cannot read {what} of {repo_id} from {self.name}: {exc}; check that the holder's weights_server runs "
             "and its port is open between the hosts"
         )
 
-    def list(self, repo_id, revision, allow_patterns=None, ignore_patterns=DEFAULT_IGNORE_PATTERNS):
+    def list(
+        self,
+        repo_id: str,
+        revision: str,
+        allow_patterns: Patterns = None,
+        ignore_patterns: Patterns = DEFAULT_IGNORE_PATTERNS,
+    ) -> list[JSON]:
         manifest, _link = self.get_json(self.base + MANIFEST_NAME, "the manifest", repo_id)
         return manifest_files(manifest, repo_id, revision, self.name, allow_patterns, ignore_patterns)
 
@@ -811,7 +913,7 @@ class PeerFiles(Hub):
 # Manifest and staging state
 
 
-def _read_manifest(dirfd, where):
+def _read_manifest(dirfd: int | None, where: str) -> JSON | None:
     """The manifest in ``dirfd``, or None when it is absent or is no small regular file holding JSON (a link or
     FIFO planted in its place counts as absent: the files are then hashed and the manifest written anew)."""
     if dirfd is None:
@@ -822,7 +924,9 @@ def _read_manifest(dirfd, where):
         return None
 
 
-def identity_of(source, repo_id=None, revision=None, path=None):
+def identity_of(
+    source: str, repo_id: str | None = None, revision: str | None = None, path: str | None = None
+) -> dict[str, str | None]:
     """What a manifest must record for its files to count as this source's files.
 
     A repository at a commit is the same bytes wherever they come from, so hf, s3 and peer share one
@@ -834,7 +938,7 @@ def identity_of(source, repo_id=None, revision=None, path=None):
     return {"source": "path", "repo_id": repo_id, "path": path}
 
 
-def manifest_matches(manifest, identity):
+def manifest_matches(manifest: object, identity: Identity) -> bool:
     if not isinstance(manifest, dict) or manifest.get("schema") != MANIFEST_SCHEMA:
         return False
     if not isinstance(manifest.get("files"), dict):
@@ -842,7 +946,13 @@ def manifest_matches(manifest, identity):
     return all(manifest.get(key) == value for key, value in identity.items())
 
 
-def build_manifest(identity, files, endpoint=None, verified_at=None, source=None):
+def build_manifest(
+    identity: Identity,
+    files: Iterable[JSON],
+    endpoint: str | None = None,
+    verified_at: str | None = None,
+    source: str | None = None,
+) -> JSON:
     data = dict(identity)
     data.setdefault("source", source)
     data.update(
@@ -854,31 +964,31 @@ def build_manifest(identity, files, endpoint=None, verified_at=None, source=None
     return data
 
 
-def _manifest_body(manifest):
+def _manifest_body(manifest: Mapping[str, Any] | None) -> JSON:
     # Where the files came from (hf, s3, a peer) is history, not state: the same repository and commit with
     # the same files is converged whichever source is named now.
     return {key: value for key, value in (manifest or {}).items() if key not in ("verified_at", "source", "endpoint")}
 
 
-def write_manifest(dest, manifest, owner=None):
+def write_manifest(dest: str, manifest: JSON, owner: Owner | None = None) -> str:
     """Replace the manifest of ``dest`` atomically (random temporary name, rename inside dest)."""
     with opened_dir(dest) as dirfd:
         write_json(dirfd, MANIFEST_NAME, manifest, FILE_MODE, owner, where=dest)
     return os.path.join(dest, MANIFEST_NAME)
 
 
-def staging_dir(dest):
+def staging_dir(dest: str) -> str:
     """``<dest parent>/.ttfleet-staging/<dest name>``: same filesystem as dest, outside the mounted weights."""
     parent = os.path.dirname(os.path.normpath(dest))
     return os.path.join(parent, STAGING_NAME, os.path.basename(os.path.normpath(dest)))
 
 
-def _ours(st):
+def _ours(st: os.stat_result) -> bool:
     """Whether a directory is staging this process can trust: a real directory of its own user, mode 0700."""
     return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077
 
 
-def _open_staging_read(dest):
+def _open_staging_read(dest: str) -> int | None:
     """Descriptor of the staging directory of ``dest`` when it exists and is ours, else None (reads only)."""
     parent, name = os.path.split(dest)
     try:
@@ -900,7 +1010,7 @@ def _open_staging_read(dest):
     return fd
 
 
-def _own_dir(parent_fd, name, where):
+def _own_dir(parent_fd: int, name: str, where: str) -> int:
     """Descriptor of staging directory ``name`` in ``parent_fd``, ours and 0700. Whatever else holds the name
     (a link, a file, a directory of another user, as an older release left it chowned to the container) is
     removed first, without following a link: it is scratch space that nothing may be trusted from."""
@@ -914,7 +1024,7 @@ def _own_dir(parent_fd, name, where):
     return fd
 
 
-def _read_staging_state(staging_fd, identity):
+def _read_staging_state(staging_fd: int | None, identity: Identity) -> JSON | None:
     """Files a previous run finished in staging, or None when staging is absent or was for another source."""
     if staging_fd is None:
         return None
@@ -927,7 +1037,7 @@ def _read_staging_state(staging_fd, identity):
     return state["files"]
 
 
-def _open_staging(plan):
+def _open_staging(plan: JSON) -> tuple[int, JSON]:
     """``(descriptor, staged files)`` of staging ready for this source: kept when its state matches (resume),
     else cleared and started anew. The parent of dest must exist."""
     parent, name = os.path.split(plan["dest"])
@@ -949,7 +1059,7 @@ def _open_staging(plan):
     return fd, dict(plan["staged"])
 
 
-def _expected_key(item):
+def _expected_key(item: JSON) -> str:
     """What a staged file was checked against; it stays valid while the source lists the same digest."""
     if item.get("blob_sha1"):
         return f"blob:{item['blob_sha1']}"
@@ -958,12 +1068,12 @@ def _expected_key(item):
     return f"size:{item['size']}"
 
 
-def _split(rel):
+def _split(rel: str) -> tuple[str, str]:
     reldir, _sep, leaf = rel.rpartition("/")
     return reldir, leaf
 
 
-def _size_at(dirfd, name):
+def _size_at(dirfd: int | None, name: str) -> int | None:
     """Size of regular file ``name`` in ``dirfd``; None when absent or not a regular file."""
     if dirfd is None:
         return None
@@ -974,7 +1084,7 @@ def _size_at(dirfd, name):
     return st.st_size if stat.S_ISREG(st.st_mode) else None
 
 
-def _staged_size(staging_fd, rel, suffix=""):
+def _staged_size(staging_fd: int | None, rel: str, suffix: str = "") -> int | None:
     """Size of the staged file (or part, with ``suffix``) of ``rel``; None when there is none."""
     if staging_fd is None:
         return None
@@ -993,7 +1103,7 @@ def _staged_size(staging_fd, rel, suffix=""):
 # Planning
 
 
-def _open_existing(path):
+def _open_existing(path: str) -> int | None:
     """Descriptor of directory ``path``, None when it does not exist; a link a non-root user could have planted
     on the way (``weights/<model>`` swapped for a link to a root-only directory) is refused, never followed."""
     try:
@@ -1004,7 +1114,7 @@ def _open_existing(path):
         raise WeightsError(f"{exc}; move it away and run again") from None
 
 
-def _dest_state(dest_fd, dest, rel):
+def _dest_state(dest_fd: int | None, dest: str, rel: str) -> tuple[os.stat_result | None, str]:
     """``(lstat, kind)`` of ``rel`` below ``dest_fd``: missing, directory, not_regular or file. A link or a
     file in place of a directory between dest and the file is refused: writes must stay inside dest."""
     if dest_fd is None:
@@ -1031,24 +1141,28 @@ def _dest_state(dest_fd, dest, rel):
     return st, "file"
 
 
-def wanted_mode(mode):
+def wanted_mode(mode: int) -> int:
     """The mode a weights file gets: 0755 when it has an execute bit, else 0644 (directories 0755)."""
     if stat.S_ISDIR(mode):
         return DIR_MODE
     return EXEC_MODE if mode & 0o111 else FILE_MODE
 
 
-def _attrs_ok(st, owner):
+def _attrs_ok(st: os.stat_result, owner: Owner | None) -> bool:
     if stat.S_IMODE(st.st_mode) != wanted_mode(st.st_mode):
         return False
     return owner is None or (st.st_uid, st.st_gid) == tuple(owner)
 
 
-def _scan_dest(dest_fd, dest, wanted, owner, limit=50):
+def _scan_dest(
+    dest_fd: int | None, dest: str, wanted: Container[str], owner: Owner | None, limit: int = 50
+) -> tuple[list[str], list[str], list[str]]:
     """One walk of dest (no link followed): ``(extra, reown, skipped)``. ``extra``: files that are not part of
     the source (at most ``limit``); ``reown``: directories and files whose owner or mode differ from the
     layout (``.`` is dest itself); ``skipped``: links and special files, which the layout leaves alone."""
-    extra, reown, skipped = [], [], []
+    extra: list[str] = []
+    reown: list[str] = []
+    skipped: list[str] = []
     if dest_fd is None:
         return extra, reown, skipped
     if not _attrs_ok(os.fstat(dest_fd), owner):
@@ -1066,7 +1180,15 @@ def _scan_dest(dest_fd, dest, wanted, owner, limit=50):
     return extra, reown, skipped
 
 
-def plan_weights(files, dest, identity, verify="auto", workers=4, owner=None, endpoint=None):
+def plan_weights(
+    files: Iterable[JSON],
+    dest: str,
+    identity: Identity,
+    verify: str = "auto",
+    workers: int = 4,
+    owner: Owner | None = None,
+    endpoint: str | None = None,
+) -> JSON:
     """Compare the source's files with ``dest`` and its manifest; reads, never writes.
 
     ``verify``: ``sha256`` hashes every file already in dest, ``size`` trusts a manifest entry with the
@@ -1083,9 +1205,10 @@ def plan_weights(files, dest, identity, verify="auto", workers=4, owner=None, en
         manifest = _read_manifest(dest_fd, dest)
         matches = manifest_matches(manifest, identity)
         mode = verify if verify != "auto" else ("size" if matches else "sha256")
-        recorded = manifest["files"] if matches else {}
+        # matches: manifest_matches found a manifest dict with files.
+        recorded = cast("JSON", manifest)["files"] if matches else {}
         files = [dict(item) for item in files]
-        plan = {
+        plan: JSON = {
             "dest": dest,
             "identity": identity,
             "endpoint": endpoint,
@@ -1114,6 +1237,7 @@ def plan_weights(files, dest, identity, verify="auto", workers=4, owner=None, en
             if kind == "not_regular":
                 plan["not_regular"].append(rel)
                 continue
+            st = cast("os.stat_result", st)  # only a missing file comes without its lstat
             if st.st_size != item["size"]:
                 plan["wrong_size"].append(rel)
                 continue
@@ -1129,7 +1253,7 @@ def plan_weights(files, dest, identity, verify="auto", workers=4, owner=None, en
                 and (item["sha256"] is None or entry["sha256"] == item["sha256"])
             )
             if trusted:
-                item["sha256"] = entry["sha256"]
+                item["sha256"] = cast("JSON", entry)["sha256"]  # trusted: entry is a dict
                 continue
             if item.get("linked"):
                 # Same inode as the source: identical by construction, one hash gives the manifest its digest.
@@ -1208,7 +1332,7 @@ def plan_weights(files, dest, identity, verify="auto", workers=4, owner=None, en
     return plan
 
 
-def _device_near(path):
+def _device_near(path: str) -> int | None:
     """Device of ``path`` or of its nearest existing parent, opened without following a planted link."""
     try:
         fd = open_nearest(path)[0]
@@ -1220,7 +1344,7 @@ def _device_near(path):
         os.close(fd)
 
 
-def _linkable(item, owner):
+def _linkable(item: JSON, owner: Owner | None) -> bool:
     """Whether a path-source file may be shared by a hardlink: it must already be what the weights need (the
     owner and mode of the layout, so nothing has to change on an inode that the source shares). Any other
     file is copied, and the copy never takes the source's owner or mode."""
@@ -1228,12 +1352,12 @@ def _linkable(item, owner):
     return stat.S_IMODE(mode) == wanted_mode(mode) and (owner is None or tuple(item["src_owner"]) == tuple(owner))
 
 
-def _same_filesystem(item, staging):
+def _same_filesystem(item: JSON, staging: str) -> bool:
     """Whether a path-source file is on the filesystem of staging (so it can be hardlinked there)."""
     return _device_near(staging) == item["dev"]
 
 
-def check_disk(dest, needed, margin_bytes, host, what):
+def check_disk(dest: str, needed: int, margin_bytes: int, host: str, what: str) -> int | None:
     """Fail before anything is written when the filesystem of ``dest`` cannot take ``needed`` + margin."""
     if needed <= 0:
         return None
@@ -1258,18 +1382,25 @@ class Progress:
     status file (``done_bytes``, ``total_bytes``, ``rate``, ``eta``, ``file``) rewritten atomically at
     most every ``interval`` seconds."""
 
-    def __init__(self, total, status_file=None, callback=None, interval=STATUS_INTERVAL, clock=time.monotonic):
+    def __init__(
+        self,
+        total: int,
+        status_file: str | None = None,
+        callback: ProgressCallback | None = None,
+        interval: float = STATUS_INTERVAL,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.total = total
         self.done = 0
-        self.file = None
+        self.file: str | None = None
         self.status_file = status_file
         self.callback = callback
         self.interval = interval
         self.clock = clock
         self.started = clock()
-        self.written = None
+        self.written: float | None = None
 
-    def advance(self, count, file):
+    def advance(self, count: int, file: str) -> None:
         self.done += count
         self.file = file
         if self.callback is not None:
@@ -1278,7 +1409,7 @@ class Progress:
         if self.status_file and (self.written is None or now - self.written >= self.interval):
             self.write(now)
 
-    def snapshot(self, now=None, state="running"):
+    def snapshot(self, now: float | None = None, state: str = "running") -> JSON:
         now = self.clock() if now is None else now
         elapsed = max(now - self.started, 1e-9)
         rate = self.done / elapsed
@@ -1293,7 +1424,7 @@ class Progress:
             "updated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
 
-    def write(self, now=None, state="running"):
+    def write(self, now: float | None = None, state: str = "running") -> None:
         if not self.status_file:
             return
         self.written = self.clock() if now is None else now
@@ -1307,12 +1438,12 @@ class Progress:
 # Fetching into staging
 
 
-def _record_staged(staging_fd, identity, staged, rel, item):
+def _record_staged(staging_fd: int, identity: Identity, staged: JSON, rel: str, item: JSON) -> None:
     staged[rel] = {"expected": _expected_key(item), "sha256": item["sha256"], "size": item["size"]}
     write_json(staging_fd, STAGING_STATE, {"identity": identity, "files": staged}, 0o600)
 
 
-def _unstaged(plan, staged, staging_fd):
+def _unstaged(plan: JSON, staged: JSON, staging_fd: int) -> Iterator[tuple[str, JSON, int, str]]:
     """``(path, item, directory descriptor, file name)`` of every file still to fetch, the descriptor being its
     directory in staging (the caller closes it); files already complete in staging are skipped."""
     by_path = {item["path"]: item for item in plan["files"]}
@@ -1330,7 +1461,7 @@ def _unstaged(plan, staged, staging_fd):
         yield rel, item, makedirs(staging_fd, reldir, STAGING_MODE, where=plan["staging"]), leaf
 
 
-def _open_part(dirfd, name):
+def _open_part(dirfd: int, name: str) -> int:
     """Descriptor of partial file ``name`` for reading and writing: the one in staging when it is a regular
     file, else a new empty one (O_EXCL, 0600) after whatever held the name is removed."""
     try:
@@ -1343,13 +1474,13 @@ def _open_part(dirfd, name):
     return os.open(name, flags, 0o600, dir_fd=dirfd)
 
 
-def _name_of(source):
+def _name_of(source: Hub | S3Files) -> str:
     """A source (Hub, peer, bucket) as messages name it."""
     name = getattr(source, "name", None)
     return name if isinstance(name, str) else scrub(source.endpoint)
 
 
-def fetch_hf(hub, repo_id, sha, plan, progress):
+def fetch_hf(hub: Hub | S3Files, repo_id: str, sha: str, plan: JSON, progress: Progress) -> JSON:
     """Download every file of ``plan["to_fetch"]`` into staging, resuming ``.ttfleet-part`` files.
 
     A server that answers a ``Range`` request with 200 (olah does) makes that file start over, counted
@@ -1358,7 +1489,7 @@ def fetch_hf(hub, repo_id, sha, plan, progress):
     Returns ``{"fetched_bytes", "restarts", "files"}``.
     """
     staging_fd, staged = _open_staging(plan)
-    stats = {"fetched_bytes": 0, "restarts": 0, "files": []}
+    stats: JSON = {"fetched_bytes": 0, "restarts": 0, "files": []}
     try:
         for rel, item, dirfd, leaf in _unstaged(plan, staged, staging_fd):
             try:
@@ -1385,7 +1516,7 @@ def fetch_hf(hub, repo_id, sha, plan, progress):
     return stats
 
 
-def _hash_prefix(dirfd, name, count, digests):
+def _hash_prefix(dirfd: int, name: str, count: int, digests: Digests) -> None:
     """Feed the first ``count`` bytes of the partial file to ``digests``."""
     fd = open_file(dirfd, name)[0]
     with os.fdopen(fd, "rb") as handle:
@@ -1400,18 +1531,27 @@ def _hash_prefix(dirfd, name, count, digests):
 class _Counted:
     """A response body whose bytes are counted: did the origin send more than the listing gives?"""
 
-    def __init__(self, resp):
+    def __init__(self, resp: _Response) -> None:
         self.resp = resp
         self.headers = resp.headers
         self.count = 0
 
-    def read(self, amount=None):
+    def read(self, amount: int | None = None) -> bytes:
         data = self.resp.read(amount)
         self.count += len(data)
         return data
 
 
-def _download(hub, repo_id, sha, item, dirfd, part, progress, stats):
+def _download(
+    hub: Hub | S3Files,
+    repo_id: str,
+    sha: str,
+    item: JSON,
+    dirfd: int,
+    part: str,
+    progress: Progress,
+    stats: JSON,
+) -> JSON:
     """Fetch one file into its partial file in staging, resuming it; returns the digests of the whole file.
 
     Each attempt is bounded: it writes at most the bytes the listing gives (``_net.copy_capped``), within a
@@ -1422,7 +1562,7 @@ def _download(hub, repo_id, sha, item, dirfd, part, progress, stats):
     rel, size = item["path"], item["size"]
     url = hub.file_url(repo_id, sha, rel)
     where, shown = _name_of(hub), net.printable(rel)
-    failure = None
+    failure: Exception | str | None = None
     for _attempt in range(NET_ATTEMPTS):
         offset = _size_at(dirfd, part) or 0
         if offset > size:
@@ -1440,7 +1580,7 @@ def _download(hub, repo_id, sha, item, dirfd, part, progress, stats):
             what=f"the transfer of {shown}",
             floor=TRANSFER_FLOOR,
         )
-        state = {"digests": digests, "offset": offset, "deadline": deadline, "declared": None}
+        state: JSON = {"digests": digests, "offset": offset, "deadline": deadline, "declared": None}
         state.update(written=0, expected=size - offset, sent=0)
         try:
             _attempt_download(hub, url, (rel, repo_id, sha, size), state, dirfd, part, progress, stats)
@@ -1474,7 +1614,16 @@ def _download(hub, repo_id, sha, item, dirfd, part, progress, stats):
     )
 
 
-def _attempt_download(hub, url, file, state, dirfd, part, progress, stats):
+def _attempt_download(
+    hub: Hub | S3Files,
+    url: str,
+    file: tuple[str, str, str, int],
+    state: JSON,
+    dirfd: int,
+    part: str,
+    progress: Progress,
+    stats: JSON,
+) -> None:
     """One attempt of ``_download``. ``state`` holds the digests (new ones when the source starts over), the
     offset, and the bytes written, expected, sent and declared: the caller reads them, also when this fails."""
     rel, repo_id, sha, size = file
@@ -1499,7 +1648,7 @@ def _attempt_download(hub, url, file, state, dirfd, part, progress, stats):
             handle.seek(offset)
             handle.truncate()
 
-            def write(block):
+            def write(block: bytes) -> None:
                 handle.write(block)
                 digests.update(block)
                 state["written"] += len(block)
@@ -1514,7 +1663,7 @@ def _attempt_download(hub, url, file, state, dirfd, part, progress, stats):
                 os.fsync(handle.fileno())
 
 
-def _source_error(item, exc):
+def _source_error(item: JSON, exc: OSError | SafeFileError) -> WeightsError:
     why = exc.reason if isinstance(exc, SafeFileError) else (exc.strerror or exc)
     return WeightsError(
         f"cannot take {item['src']} from the path source: {why}. model_weights reads only regular files there and "
@@ -1522,7 +1671,7 @@ def _source_error(item, exc):
     )
 
 
-def _stage_from_path(item, dirfd, leaf, link, owner):
+def _stage_from_path(item: JSON, dirfd: int, leaf: str, link: bool, owner: Owner | None) -> None:
     """Hardlink (``link``) or copy one path-source file into staging, relative to directory descriptors; the
     source must be a regular file (a link or special file put there since the listing is refused)."""
     src_dir, src_name = os.path.split(item["src"])
@@ -1543,7 +1692,7 @@ def _stage_from_path(item, dirfd, leaf, link, owner):
         raise WeightsError(f"{item['src']} changed while linking it into staging; run again")
 
 
-def fetch_path(plan, progress, workers, owner=None):
+def fetch_path(plan: JSON, progress: Progress, workers: int, owner: Owner | None = None) -> JSON:
     """Hardlink (same filesystem, when the file already has the owner and mode of the layout) or copy the
     files of ``plan["to_fetch"]`` into staging.
 
@@ -1552,7 +1701,7 @@ def fetch_path(plan, progress, workers, owner=None):
     staging = plan["staging"]
     staging_fd, staged = _open_staging(plan)
     by_path = {item["path"]: item for item in plan["files"]}
-    stats = {"fetched_bytes": 0, "restarts": 0, "files": [], "linked": [], "copied": []}
+    stats: JSON = {"fetched_bytes": 0, "restarts": 0, "files": [], "linked": [], "copied": []}
     try:
         for rel, item, dirfd, leaf in _unstaged(plan, staged, staging_fd):
             try:
@@ -1604,7 +1753,7 @@ def fetch_path(plan, progress, workers, owner=None):
 # Placement and ownership
 
 
-def place_files(plan, owner=None):
+def place_files(plan: JSON, owner: Owner | None = None) -> None:
     """Move staged files into dest by renames between directory descriptors (dest created when missing),
     then clear staging.
 
@@ -1654,7 +1803,7 @@ def place_files(plan, owner=None):
     clear_staging(plan["staging"])
 
 
-def clear_staging(staging):
+def clear_staging(staging: str) -> None:
     """Remove this destination's staging directory (when it is ours) and ``.ttfleet-staging`` when it is left
     empty; nothing is followed on the way."""
     top, name = os.path.split(staging)
@@ -1673,18 +1822,19 @@ def clear_staging(staging):
         return
 
 
-def _layout_volume(dest, container):
+def _layout_volume(dest: str, container: Owner | None) -> str | None:
     """The volume of ``dest`` (``<volume>/weights/<model>``) to lay out, or None when no container owner is given."""
     return None if container is None else os.path.dirname(os.path.dirname(dest))
 
 
-def plan_layout(dest, owner, container):
+def plan_layout(dest: str, owner: Owner, container: Owner | None) -> list[str]:
     """What the volume around ``dest`` lacks, as text: the volume and ``weights`` directories not owned by
     ``owner`` with mode 0755, and the directories the container writes missing or not owned by ``container``.
     Reads only; an empty list when there is no layout to apply."""
     volume = _layout_volume(dest, container)
     if volume is None:
         return []
+    container = cast("Owner", container)  # a volume is laid out only with a container owner
     changes = []
     try:
         vfd = open_dir(volume)
@@ -1725,7 +1875,7 @@ def plan_layout(dest, owner, container):
     return changes
 
 
-def apply_layout(dest, owner, container):
+def apply_layout(dest: str, owner: Owner, container: Owner | None) -> list[str]:
     """Give dest and everything below it ``owner`` with modes 0755/0644 (0755 for files with an execute bit),
     and with ``container`` the volume layout (see ``plan_layout``); all on descriptors, never following a link.
     Returns the links and special files in dest that were left alone."""
@@ -1758,12 +1908,12 @@ def apply_layout(dest, owner, container):
 # The whole step
 
 
-def _listed(paths, limit=10):
+def _listed(paths: Sequence[str], limit: int = 10) -> str:
     shown = ", ".join(paths[:limit])
     return shown + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
 
 
-def _summary(plan, label):
+def _summary(plan: JSON, label: str) -> list[str]:
     files_ok = plan["files_total"] - len(plan["to_fetch"])
     lines = [f"source: {label}"]
     lines.append(f"files: {files_ok} of {plan['files_total']} complete ({human_bytes(plan['bytes_total'])} in all)")
@@ -1775,7 +1925,9 @@ def _summary(plan, label):
     return lines
 
 
-def diff_of(plan, label, manifest_changed, layout=(), owner=None):
+def diff_of(
+    plan: JSON, label: str, manifest_changed: bool, layout: Sequence[str] = (), owner: Owner | None = None
+) -> dict[str, str]:
     before = _summary(plan, label)
     before.append(f"manifest: {'matches' if plan['manifest_matches'] else 'absent or for another source'}")
     after = [
@@ -1802,7 +1954,9 @@ def diff_of(plan, label, manifest_changed, layout=(), owner=None):
     }
 
 
-def _manifest_source(options, source, repo_id, allow, ignore):
+def _manifest_source(
+    options: JSON, source: str, repo_id: str | None, allow: Patterns, ignore: Patterns
+) -> tuple[PeerFiles | S3Files, str, list[JSON], str, str]:
     """``(files object, revision, file dicts, endpoint, label)`` of an s3 or peer source."""
     if not repo_id:
         raise WeightsError(f"source {source} needs repo_id, e.g. Qwen/Qwen3-32B")
@@ -1811,6 +1965,7 @@ def _manifest_source(options, source, repo_id, allow, ignore):
     check_revision(repo_id, revision, options.get("allow_floating_revision"))
     if not revision:
         raise WeightsError(f"source {source} needs revision, the commit (or, floating, the name) the copy was made at")
+    files_at: PeerFiles | S3Files
     if source == "peer":
         files_at = PeerFiles(options.get("peer_url"), options.get("timeout") or 60)
         label = f"{files_at.name} ({repo_id}@{revision})"
@@ -1841,7 +1996,7 @@ def _manifest_source(options, source, repo_id, allow, ignore):
     return files_at, revision, files, endpoint, label
 
 
-def _owner_of(options, key, group_key, default):
+def _owner_of(options: JSON, key: str, group_key: str, default: _T) -> Owner | _T:
     uid = options.get(key)
     if uid is None:
         return default
@@ -1849,7 +2004,12 @@ def _owner_of(options, key, group_key, default):
     return (uid, uid if gid is None else gid)
 
 
-def sync_weights(options, check_mode=False, callback=None, hub=None):
+def sync_weights(
+    options: JSON,
+    check_mode: bool = False,
+    callback: ProgressCallback | None = None,
+    hub: Hub | S3Files | None = None,
+) -> JSON:
     """Plan, and unless ``check_mode`` fetch, place and record the weights, then give them (and, with
     ``container_owner``, their volume) the ownership layout. Returns the module's result.
 
@@ -1886,7 +2046,8 @@ def sync_weights(options, check_mode=False, callback=None, hub=None):
         elif source == "hf":
             if not repo_id:
                 raise WeightsError("source hf needs repo_id, e.g. Qwen/Qwen3-32B")
-            hub = hub or Hub(options.get("hf_endpoint"), token, options.get("timeout") or 60)
+            # A hub passed in is a Hub (S3Files only comes from _manifest_source, for the other sources).
+            hub = cast("Hub | None", hub) or Hub(options.get("hf_endpoint"), token, options.get("timeout") or 60)
             sha, files = list_hf_source(
                 hub, repo_id, options.get("revision"), options.get("allow_floating_revision"), allow, ignore
             )
@@ -1934,7 +2095,8 @@ def sync_weights(options, check_mode=False, callback=None, hub=None):
             os.close(parent_fd)
             try:
                 if source in COMMIT_SOURCES:
-                    stats = fetch_hf(hub, repo_id, sha, plan, progress)
+                    # A commit source (hf, s3, peer) has set hub, repo_id and sha above.
+                    stats = fetch_hf(cast("Hub | S3Files", hub), cast(str, repo_id), cast(str, sha), plan, progress)
                 else:
                     stats = fetch_path(plan, progress, workers, owner)
             finally:
