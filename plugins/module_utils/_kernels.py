@@ -720,8 +720,7 @@ class HttpStore:
             deadline = net.Deadline.for_size(size, stall=self.timeout, what="the archive", floor=self.total)
         conn = None
         try:
-            # _host is None for a store_url without a host name (http://:8080/), which __init__ lets through.
-            conn = net.connection(self._scheme, self._host, self._port, deadline)  # type: ignore[arg-type]
+            conn = net.connection(self._scheme, self._host, self._port, deadline)
             conn.request("GET", self._base + self._entry(key, name), headers=self._headers)
             resp = conn.getresponse()
         except (http.client.HTTPException, OSError, ValueError, net.NetError) as exc:

@@ -452,11 +452,11 @@ def _read_json(path: str) -> Any:
     except SafeFileError as exc:
         reason = exc.reason
     except OSError as exc:
-        reason = exc.strerror or str(exc)
+        reason = exc.strerror or str(exc) or type(exc).__name__
     else:
         if raw is None:
             reason = "No such file or directory"
-    if reason:
+    if reason is not None:
         raise SpecError(
             f"Cannot read spec file {path}: {reason}. Give the path of a release_model_spec.json "
             "(or model_specs_output.json) export, or a tt-inference-server checkout instead."
