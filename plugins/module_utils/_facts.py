@@ -26,11 +26,12 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
+    from typing import Union
 
     # A dict read from JSON (tt-smi's snapshot) or returned to Ansible as facts.
     JSON = dict[str, Any]
     # A sort key of ``version_sort_key``: ``(0, numbers)`` for a version, ``(1, (), text)`` for anything else.
-    VersionSortKey = tuple[int, tuple[int, ...]] | tuple[int, tuple[int, ...], str]
+    VersionSortKey = Union[tuple[int, tuple[int, ...]], tuple[int, tuple[int, ...], str]]  # noqa: UP007 - ansible-test pylint reads `|` here as an operation
 
 DEFAULT_VOLUME_ROOT = "/var/lib/tt-cache"
 DEFAULT_DOCKER_SOCKET = "/var/run/docker.sock"

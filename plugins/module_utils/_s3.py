@@ -54,11 +54,11 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping
-    from typing import Any, BinaryIO, NoReturn, Protocol
+    from typing import Any, BinaryIO, NoReturn, Optional, Protocol, Union
 
     JSON = dict[str, Any]
     # The query of a request: a dict or pairs (a None value is sent as "").
-    Query = dict[str, Any] | Iterable[tuple[Any, Any]] | None
+    Query = Optional[Union[dict[str, Any], Iterable[tuple[Any, Any]]]]  # noqa: UP007, UP045 - ansible-test pylint reads `|` here as an operation
 
     class Digest(Protocol):
         """A hashlib object (only its update is used)."""

@@ -361,10 +361,14 @@ def read_bytes(
 def read_json(
     dirfd: int, name: str, limit: int = ..., where: str | None = ..., missing: None = ...
 ) -> dict[str, Any] | None: ...
+
+
 @overload
 def read_json(
     dirfd: int, name: str, limit: int = ..., where: str | None = ..., *, missing: _T
 ) -> dict[str, Any] | _T: ...
+
+
 def read_json(
     dirfd: int, name: str, limit: int = JSON_LIMIT, where: str | None = None, missing: object = None
 ) -> object:
@@ -384,8 +388,12 @@ def read_json(
 
 @overload
 def read_json_path(path: str, limit: int = ..., missing: None = ...) -> dict[str, Any] | None: ...
+
+
 @overload
 def read_json_path(path: str, limit: int = ..., *, missing: _T) -> dict[str, Any] | _T: ...
+
+
 def read_json_path(path: str, limit: int = JSON_LIMIT, missing: object = None) -> object:
     """``read_json`` by absolute path: the parent directory is opened with ``open_dir``."""
     directory, name = os.path.split(path)

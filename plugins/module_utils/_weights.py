@@ -75,14 +75,14 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
     from email.message import Message
     from types import TracebackType
-    from typing import Any, NoReturn, Protocol, TypeGuard, TypeVar
+    from typing import Any, NoReturn, Optional, Protocol, TypeGuard, TypeVar
 
     # Decoded JSON and the dicts built like it: module options, file items, plans, manifests, digests, stats.
     JSON = dict[str, Any]
     # (uid, gid)
     Owner = tuple[int, int]
     # allow_patterns / ignore_patterns (fnmatch patterns; None for none).
-    Patterns = Iterable[str] | None
+    Patterns = Optional[Iterable[str]]  # noqa: UP045 - ansible-test pylint reads `|` here as an operation
     # What a manifest records for its source: repo_id and revision, or a path (see identity_of).
     Identity = Mapping[str, object]
     # callback(done_bytes, total_bytes, file) of a transfer.
