@@ -45,6 +45,8 @@ O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 O_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _MAX_LINKS = 40
 JSON_LIMIT = 1 << 20
+# remove_tree refuses a tree nested deeper than this (a user could build one to crash root-run code).
+MAX_TREE_DEPTH = 400
 
 
 class SafeFileError(Exception):
@@ -529,7 +531,8 @@ def walk(
 
 def remove_tree(dirfd: int, name: str) -> None:
     """Remove ``name`` in ``dirfd`` and everything below it without following a link (links are removed
-    as links). A missing name is fine."""
+    as links). A missing name is fine. A tree nested deeper than MAX_TREE_DEPTH directories is refused
+    (SafeFileError) before anything below that depth is touched."""
     _check_name(name)
     try:
         st = os.lstat(name, dir_fd=dirfd)
@@ -538,15 +541,43 @@ def remove_tree(dirfd: int, name: str) -> None:
     if not stat.S_ISDIR(st.st_mode):
         os.unlink(name, dir_fd=dirfd)
         return
-    fd = open_subdir(dirfd, name)
+    # An explicit stack, not recursion: a tree that a user made can be deeper than Python's recursion limit, and
+    # one descriptor per level is held (never '..', which a rename could point elsewhere).
+    stack: list[tuple[int, str, int, Iterator[str]]] = []
+
+    def descend(parent: int, child: str) -> None:
+        if len(stack) >= MAX_TREE_DEPTH:
+            raise SafeFileError(child, f"is nested more than {MAX_TREE_DEPTH} directories deep; remove it by hand")
+        fd = open_subdir(parent, child)
+        try:
+            with os.scandir(fd) as found:
+                names = [entry.name for entry in found]
+        except BaseException:
+            os.close(fd)
+            raise
+        stack.append((parent, child, fd, iter(names)))
+
     try:
-        with os.scandir(fd) as found:
-            names = [entry.name for entry in found]
-        for child in names:
-            remove_tree(fd, child)
+        descend(dirfd, name)
+        while stack:
+            parent, child, fd, names = stack[-1]
+            for entry in names:
+                try:
+                    est = os.lstat(entry, dir_fd=fd)
+                except FileNotFoundError:
+                    continue
+                if stat.S_ISDIR(est.st_mode):
+                    descend(fd, entry)
+                    break
+                os.unlink(entry, dir_fd=fd)
+            else:
+                stack.pop()
+                os.close(fd)
+                os.rmdir(child, dir_fd=parent)
     finally:
-        os.close(fd)
-    os.rmdir(name, dir_fd=dirfd)
+        for _parent, _child, fd, _names in stack:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 def own_tree(

@@ -182,6 +182,45 @@ def test_remove_tree_removes_links_not_their_targets(tree):
     assert _victim_intact(victim)
 
 
+def _nest(dirfd, depth, leaf=b"x"):
+    """``depth`` directories d/d/d/... below ``dirfd``, made on descriptors (the path may pass PATH_MAX), with a
+    file and a link in each."""
+    fds = [os.dup(dirfd)]
+    try:
+        for _level in range(depth):
+            os.mkdir("d", dir_fd=fds[-1])
+            fd = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fds[-1])
+            fds.append(fd)
+            os.symlink("/", "to-root", dir_fd=fd)
+            with open(os.open("f", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd), "wb") as handle:
+                handle.write(leaf)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+@pytest.mark.parametrize("depth", [1, 50, sf.MAX_TREE_DEPTH])
+def test_remove_tree_removes_deep_trees_without_recursion(tree, depth):
+    volume, victim = tree
+    with sf.opened_dir(str(volume)) as dirfd:
+        _nest(dirfd, depth)
+        sf.remove_tree(dirfd, "d")
+    assert not (volume / "d").exists()
+    assert _victim_intact(victim)
+
+
+def test_remove_tree_refuses_a_tree_deeper_than_its_limit_with_a_clear_error(tree):
+    # Deeper than Python's recursion limit: the recursive version crashed with RecursionError.
+    volume, victim = tree
+    with sf.opened_dir(str(volume)) as dirfd:
+        _nest(dirfd, 1200)
+        with pytest.raises(sf.SafeFileError, match=f"nested more than {sf.MAX_TREE_DEPTH} directories deep"):
+            sf.remove_tree(dirfd, "d")
+    assert (volume / "d").is_dir()
+    assert _victim_intact(victim)
+    assert len(os.listdir("/proc/self/fd")) < 64, "remove_tree left descriptors open"
+
+
 @pytest.mark.skipif(not ROOT, reason="changing owners needs root")
 def test_own_tree_reowns_files_and_dirs_and_leaves_links_and_fifos(tree):
     volume, victim = tree
