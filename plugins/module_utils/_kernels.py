@@ -117,7 +117,8 @@ if TYPE_CHECKING:
     class Reader(Protocol):
         """A binary source read by blocks: an open file, a _Body."""
 
-        def read(self, size: int = ..., /) -> bytes: ...
+        def read(self, size: int = ..., /) -> bytes:
+            ...
 
     Store: TypeAlias = "PathStore | HttpStore | S3Store"
 

@@ -43,7 +43,8 @@ if TYPE_CHECKING:
     class Readable(Protocol):
         """What ``read_capped`` and ``copy_capped`` read from: a response or a wrapper of one."""
 
-        def read(self, amt: int, /) -> bytes: ...
+        def read(self, amt: int, /) -> bytes:
+            ...
 
     # For mypy the mixin is the connection it is mixed into; at run time it stays a plain class.
     _ConnectionBase = http.client.HTTPConnection

@@ -63,7 +63,8 @@ if TYPE_CHECKING:
     class Digest(Protocol):
         """A hashlib object (only its update is used)."""
 
-        def update(self, data: bytes, /) -> None: ...
+        def update(self, data: bytes, /) -> None:
+            ...
 
     class ObjectResponse(http.client.HTTPResponse):
         """The response ``S3Client.open_object`` returns, with what its reader needs set on it."""

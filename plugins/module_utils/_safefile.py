@@ -362,13 +362,15 @@ def read_bytes(
 @overload
 def read_json(
     dirfd: int, name: str, limit: int = ..., where: str | None = ..., missing: None = ...
-) -> dict[str, Any] | None: ...
+) -> dict[str, Any] | None:
+    ...
 
 
 @overload
 def read_json(
     dirfd: int, name: str, limit: int = ..., where: str | None = ..., *, missing: _T
-) -> dict[str, Any] | _T: ...
+) -> dict[str, Any] | _T:
+    ...
 
 
 def read_json(
@@ -389,11 +391,13 @@ def read_json(
 
 
 @overload
-def read_json_path(path: str, limit: int = ..., missing: None = ...) -> dict[str, Any] | None: ...
+def read_json_path(path: str, limit: int = ..., missing: None = ...) -> dict[str, Any] | None:
+    ...
 
 
 @overload
-def read_json_path(path: str, limit: int = ..., *, missing: _T) -> dict[str, Any] | _T: ...
+def read_json_path(path: str, limit: int = ..., *, missing: _T) -> dict[str, Any] | _T:
+    ...
 
 
 def read_json_path(path: str, limit: int = JSON_LIMIT, missing: object = None) -> object:
