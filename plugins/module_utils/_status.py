@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     JSON = dict[str, Any]
-    # subprocess.run, or a stand-in with its signature (the unit tests pass one).
+    # subprocess.run, or any callable with its signature (the unit tests pass their own).
     Runner = Callable[..., subprocess.CompletedProcess[str]]
 
 STATE_SUFFIX = ".json"
