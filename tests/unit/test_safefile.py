@@ -199,6 +199,24 @@ def _nest(dirfd, depth, leaf=b"x"):
             os.close(fd)
 
 
+def _unnest(dirfd):
+    """Remove what ``_nest`` made, bottom up and without recursion: a tree deeper than Python's recursion limit
+    left in tmp_path crashes pytest's own clean-up of old base temp dirs (shutil.rmtree recurses) in a later run."""
+    fds = [os.dup(dirfd)]
+    try:
+        while "d" in os.listdir(fds[-1]):
+            fds.append(os.open("d", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fds[-1]))
+        while len(fds) > 1:
+            fd = fds.pop()
+            for name in os.listdir(fd):
+                os.unlink(name, dir_fd=fd)
+            os.close(fd)
+            os.rmdir("d", dir_fd=fds[-1])
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
 @pytest.mark.parametrize("depth", [1, 50, sf.MAX_TREE_DEPTH])
 def test_remove_tree_removes_deep_trees_without_recursion(tree, depth):
     volume, victim = tree
@@ -214,11 +232,15 @@ def test_remove_tree_refuses_a_tree_deeper_than_its_limit_with_a_clear_error(tre
     volume, victim = tree
     with sf.opened_dir(str(volume)) as dirfd:
         _nest(dirfd, 1200)
-        with pytest.raises(sf.SafeFileError, match=f"nested more than {sf.MAX_TREE_DEPTH} directories deep"):
-            sf.remove_tree(dirfd, "d")
-    assert (volume / "d").is_dir()
-    assert _victim_intact(victim)
-    assert len(os.listdir("/proc/self/fd")) < 64, "remove_tree left descriptors open"
+        try:
+            with pytest.raises(sf.SafeFileError, match=f"nested more than {sf.MAX_TREE_DEPTH} directories deep"):
+                sf.remove_tree(dirfd, "d")
+            assert (volume / "d").is_dir()
+            assert _victim_intact(victim)
+            assert len(os.listdir("/proc/self/fd")) < 64, "remove_tree left descriptors open"
+        finally:
+            _unnest(dirfd)
+    assert not (volume / "d").exists()
 
 
 @pytest.mark.skipif(not ROOT, reason="changing owners needs root")
