@@ -3,8 +3,10 @@
 # matrix (sanity and unit tests on the lowest ansible-core claimed), build + install + ansible-doc of the tarball, the
 # packaging checks (galaxy-importer, antsibull-docs lint, ansible-builder), the entry points (a checkout without
 # `make tools`, an installed tarball), molecule scenarios, the fast half of the fault suite. Stops at the first failure.
-#   tests/run-tests.sh all | lint | unit | attacks | hostile | sanity | matrix | build | package | entrypoints
-#                      | molecule [scenario ...] | faults
+#   tests/run-tests.sh all                     every stage: the quick ones in turn, then the rest two at a time (see all())
+#   tests/run-tests.sh STAGE [STAGE ...]       lint unit attacks hostile sanity matrix build package entrypoints faults
+#   tests/run-tests.sh molecule [SCENARIO ...]
+#   tests/run-tests.sh parallel JOB ...        jobs side by side, e.g. parallel "molecule serve" "molecule fleet" "faults"
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -298,45 +300,121 @@ run_entry() {
   echo "entry point $label: site, upgrade and rollback parse; status ran and wrote $reports" >&2
 }
 
-molecule_stage() {
+# What every molecule scenario and the fault suite need, made once before they run side by side: the Docker engine (a
+# pristine machine installs docker.io), the lab image, the lab's TTIS repository and the Debian packages of the stages.
+lab_ready() {
+  need_debs zstd shellcheck rsync git
   tests/lab/ensure-docker.sh
   tests/lab/build-image.sh >/dev/null
+  python tests/lab/ttis_repo.py >/dev/null
+}
+
+scenarios() {
+  find molecule -mindepth 2 -maxdepth 2 -name molecule.yml -printf '%h\n' | xargs -n1 basename | sort
+}
+
+molecule_stage() {
+  lab_ready
   local scenarios=("$@")
-  if [ ${#scenarios[@]} -eq 0 ]; then
-    mapfile -t scenarios < <(find molecule -mindepth 2 -maxdepth 2 -name molecule.yml -printf '%h\n' | xargs -n1 basename | sort)
-  fi
+  [ ${#scenarios[@]} -gt 0 ] || mapfile -t scenarios < <(scenarios)
   for s in "${scenarios[@]}"; do
     timed "molecule $s" molecule test -s "$s"
   done
 }
 
+# pool JOBS -- "STAGE ..." ...: each quoted job is a run of this script (`tests/run-tests.sh STAGE ...`) in a session of
+# its own with its log in tests/output/stages/; JOBS of them at a time, in the order given (longest first). The first
+# failure stops the others and prints the failing log's tail; every passed stage's line is printed as its job ends.
+pool() {
+  local jobs=$1 logs="$out/stages" job pid name rc
+  shift 2
+  mkdir -p "$logs"
+  local -A running=()
+  local queue=("$@") failed=""
+  finish() {
+    local pid=$1 rc=$2 name=${running[$1]}
+    unset "running[$pid]"
+    grep -aE '^===== .*: (ok in|FAILED after) [0-9]+s =====$' "$logs/$name.log" >&2 || true
+    passed=$((passed + $(grep -acE '^===== .*: ok in [0-9]+s =====$' "$logs/$name.log" || true)))
+    if [ "$rc" -ne 0 ] && [ -z "$failed" ]; then failed=$name; fi
+  }
+  while [ ${#queue[@]} -gt 0 ] || [ ${#running[@]} -gt 0 ]; do
+    while [ -z "$failed" ] && [ ${#queue[@]} -gt 0 ] && [ ${#running[@]} -lt "$jobs" ]; do
+      job=${queue[0]}
+      queue=("${queue[@]:1}")
+      name=${job// /-}
+      # shellcheck disable=SC2086  # a job is words: a stage and its arguments
+      setsid "$0" $job >"$logs/$name.log" 2>&1 &
+      running[$!]=$name
+      stage "started: $job (log: ${logs#"$root"/}/$name.log)"
+    done
+    [ ${#running[@]} -gt 0 ] || break
+    rc=0
+    wait -n -p pid "${!running[@]}" || rc=$?
+    finish "$pid" "$rc"
+    if [ -n "$failed" ]; then
+      for pid in "${!running[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
+      for pid in "${!running[@]}"; do rc=0; wait "$pid" || rc=$?; finish "$pid" "$rc"; done
+      queue=()
+    fi
+  done
+  if [ -n "$failed" ]; then
+    printf '\n===== the end of %s =====\n' "${logs#"$root"/}/$failed.log" >&2
+    tail -n 150 "$logs/$failed.log" >&2
+    echo "stages: $passed passed, 1 failed"
+    exit 1
+  fi
+}
+
+# `all`: the quick checks one after another (a wrong line fails in minutes), then the rest two at a time: every
+# molecule scenario, the fault suite and the other checks are independent (own containers, networks, ports and state
+# directories; the caches they share are made first, or locked). Most of a scenario's time is one controller core
+# (ansible-playbook) waiting on its hosts, so two keep a 2-core machine busy. Longest first; TTFLEET_TEST_JOBS=1 runs
+# them one at a time.
+all() {
+  timed lint lint
+  timed unit unit
+  timed attacks attacks
+  timed hostile hostile
+  timed "lab set-up" lab_ready
+  local -A seconds=([upgrade]=1060 [fleet]=670 [kernel_cache]=350 [serve]=340 [inference_server]=190 [tt_host]=180
+                    [model_weights_faults]=170 [modules]=170 [model_cache]=170)
+  local jobs=() s
+  # The other checks (sanity ... entrypoints, about 460 s) and the fault suite (about 150 s) as jobs among the scenarios.
+  jobs+=("460 sanity matrix build package entrypoints" "150 faults")
+  while read -r s; do jobs+=("${seconds[$s]:-300} molecule $s"); done < <(scenarios)
+  mapfile -t jobs < <(printf '%s\n' "${jobs[@]}" | sort -s -k1,1nr | cut -d' ' -f2-)
+  pool "${TTFLEET_TEST_JOBS:-2}" -- "${jobs[@]}"
+}
+
 # The fault-injection suite (tests/faults): its fast half here; TTFLEET_FAULTS=all (make faults) runs every case
 # and rewrites docs/faults.md.
 faults() {
-  tests/lab/ensure-docker.sh
-  tests/lab/build-image.sh >/dev/null
+  lab_ready
   pytest tests/faults -q -p no:cacheprovider -m "faults and not slow"
 }
 
 what=${1:-all}
 shift || true
 case "$what" in
-  all)
-    timed lint lint
-    timed unit unit
-    timed attacks attacks
-    timed hostile hostile
-    timed sanity sanity
-    timed matrix matrix
-    timed build build
-    timed package package
-    timed entrypoints entrypoints
-    molecule_stage
-    timed faults faults
+  all) all ;;
+  lint | unit | attacks | hostile | sanity | matrix | build | package | entrypoints | faults)
+    # One stage or several, one after another: tests/run-tests.sh sanity matrix build
+    for s in "$what" "$@"; do
+      case "$s" in
+        lint | unit | attacks | hostile | sanity | matrix | build | package | entrypoints | faults) ;;
+        *) echo "$s: not a stage (molecule runs on its own: tests/run-tests.sh molecule [scenario ...])" >&2; exit 2 ;;
+      esac
+    done
+    for s in "$what" "$@"; do timed "$s" "$s"; done
     ;;
-  lint | unit | attacks | hostile | sanity | matrix | build | package | entrypoints | faults) timed "$what" "$what" ;;
   molecule) molecule_stage "$@" ;;
-  *) echo "usage: $0 all|lint|unit|attacks|hostile|sanity|matrix|build|package|entrypoints|molecule [scenario...]|faults" >&2; exit 2 ;;
+  parallel)
+    [ $# -gt 0 ] || { echo "usage: $0 parallel JOB ... (a JOB is a stage list or 'molecule SCENARIO')" >&2; exit 2; }
+    lab_ready
+    pool "${TTFLEET_TEST_JOBS:-2}" -- "$@"
+    ;;
+  *) echo "usage: $0 all | STAGE ... | molecule [SCENARIO ...] | parallel JOB ...; a STAGE is one of lint unit attacks hostile sanity matrix build package entrypoints faults" >&2; exit 2 ;;
 esac
 stage "all requested checks passed"
 echo "stages: $passed passed, 0 failed"

@@ -399,7 +399,8 @@ def served(lab):
 
     # Our own cache directory: serve_image removes the other tarballs of its cache, which belong to other labs.
     labmod.SERVE_IMAGE_CACHE = os.path.join(OUT, "serve-image")
-    tarball = labmod.serve_image(images)
+    with labmod.cache_lock("serve-image"):
+        tarball = labmod.serve_image(images)
     for host in lab.hosts:
         host_sh(host, "mkdir -p /var/lib/ttfleet-lab")
         sh("docker", "cp", tarball, f"{host}:/var/lib/ttfleet-lab/serve-image.tar")

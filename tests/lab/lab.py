@@ -17,6 +17,8 @@ one. `up` writes inventories/lab/hosts.yml with one group per device type.
                                                      into running hosts; prints the tarball's path
 """
 import argparse
+import contextlib
+import fcntl
 import glob
 import hashlib
 import json
@@ -378,8 +380,21 @@ def cmd_fault(args):
         f"kmd {args.kmd or 'as shipped'}, hugepages {'unmounted' if args.no_hugepages else 'mounted'})")
 
 
+@contextlib.contextmanager
+def cache_lock(name):
+    """Hold .cache/<name>.lock: molecule scenarios run side by side (tests/run-tests.sh) and share the caches."""
+    os.makedirs(os.path.join(ROOT, ".cache"), exist_ok=True)
+    with open(os.path.join(ROOT, ".cache", f"{name}.lock"), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def serve_image(tags):
-    """The stand-in inference image tagged with ``tags``, saved once per content under .cache/serve-image."""
+    """The stand-in inference image tagged with ``tags``, saved once per content under .cache/serve-image
+    (call it under cache_lock("serve-image"))."""
     base = ensure_image()
     base_id = docker("image", "inspect", "--format", "{{.Id}}", base).stdout.strip()
     digest = hashlib.sha256()
@@ -387,9 +402,10 @@ def serve_image(tags):
         with open(os.path.join(SERVE_IMAGE_DIR, name), "rb") as handle:
             digest.update(name.encode() + b"\0" + handle.read() + b"\0")
     digest.update(base_id.encode())
-    build_tag = f"ttfleet-lab/tt-serve-standin:{digest.hexdigest()[:12]}"
-    digest.update("\0".join(sorted(tags)).encode())
-    tarball = os.path.join(SERVE_IMAGE_CACHE, f"standin-{digest.hexdigest()[:16]}.tar")
+    build = digest.hexdigest()[:12]
+    build_tag = f"ttfleet-lab/tt-serve-standin:{build}"
+    tag_set = hashlib.sha256("\0".join(sorted(tags)).encode()).hexdigest()[:8]
+    tarball = os.path.join(SERVE_IMAGE_CACHE, f"standin-{build}-{tag_set}.tar")
     if os.path.exists(tarball):
         return tarball
     if docker("image", "inspect", build_tag, check=False).returncode != 0:
@@ -403,8 +419,10 @@ def serve_image(tags):
     for tag in tags:
         docker("tag", build_tag, tag)
     os.makedirs(SERVE_IMAGE_CACHE, exist_ok=True)
+    # Tarballs of an older build go; those of this build under other names are other scenarios' (kept).
     for stale in glob.glob(os.path.join(SERVE_IMAGE_CACHE, "standin-*.tar")):
-        os.unlink(stale)
+        if not os.path.basename(stale).startswith(f"standin-{build}-"):
+            os.unlink(stale)
     log(f"docker save {' '.join(tags)} -> {os.path.relpath(tarball, ROOT)}")
     docker("save", "--output", tarball + ".tmp", *tags)
     os.replace(tarball + ".tmp", tarball)
@@ -412,14 +430,15 @@ def serve_image(tags):
 
 
 def cmd_serve_image(args):
-    tarball = serve_image(args.tag)
-    for item in args.copy or []:
-        name, _sep, path = item.partition(":")
-        if not name or not path.startswith("/"):
-            raise SystemExit(f"--copy {item!r}: expected NAME:/absolute/path")
-        docker("exec", name, "mkdir", "-p", os.path.dirname(path))
-        docker("cp", tarball, f"{name}:{path}")
-        log(f"{name}: {path}")
+    with cache_lock("serve-image"):
+        tarball = serve_image(args.tag)
+        for item in args.copy or []:
+            name, _sep, path = item.partition(":")
+            if not name or not path.startswith("/"):
+                raise SystemExit(f"--copy {item!r}: expected NAME:/absolute/path")
+            docker("exec", name, "mkdir", "-p", os.path.dirname(path))
+            docker("cp", tarball, f"{name}:{path}")
+            log(f"{name}: {path}")
     print(tarball)
 
 

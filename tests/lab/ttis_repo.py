@@ -20,6 +20,7 @@ Commits have fixed authors and dates, so their ids are the same on every machine
     tests/lab/ttis_repo.py [--force]     build when missing or stale, print the manifest
 """
 import argparse
+import fcntl
 import gzip
 import hashlib
 import json
@@ -153,10 +154,18 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--force", action="store_true", help="rebuild even when the inputs are unchanged")
     args = parser.parse_args()
+    # Molecule scenarios run side by side (tests/run-tests.sh): one builds, the others wait and then find it built.
+    os.makedirs(os.path.dirname(OUT), exist_ok=True)
+    with open(OUT + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        ensure(args.force)
+
+
+def ensure(force):
     pyyaml = pyyaml_version()
     digest = inputs_digest(pyyaml)
     manifest_path = os.path.join(OUT, "manifest.json")
-    if not args.force and os.path.isfile(manifest_path):
+    if not force and os.path.isfile(manifest_path):
         with open(manifest_path, encoding="utf-8") as handle:
             manifest = json.load(handle)
         if manifest.get("inputs") == digest:
