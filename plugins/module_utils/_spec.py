@@ -99,8 +99,10 @@ _VLLM_RELEASE_REPO = "ghcr.io/tenstorrent/tt-inference-server/vllm-tt-metal-src-
 _IMPORT_TIMEOUT = 120
 
 # The release the ttfleet.inference.inference_server role made current: <root>/current links to
-# <root>/releases/<tag>, whose venv (Python >= 3.10 with PyYAML) is <root>/venvs/<tag>.
-DEFAULT_CHECKOUT = "/opt/tt-inference-server/current"
+# <root>/releases/<tag>, whose venv (Python >= 3.10 with PyYAML) is <root>/venvs/<tag>. The root is the default of
+# tt_release_root (roles/fleet_defaults); the modules' defaults follow it from here.
+DEFAULT_RELEASE_ROOT = "/opt/tt-inference-server"
+DEFAULT_CHECKOUT = DEFAULT_RELEASE_ROOT + "/current"
 
 # Runs inside the TTIS checkout with the chosen interpreter: ``-c PROGRAM CHECKOUT MODEL_SPECS_ENV``. It imports the
 # checkout's own catalog and prints it in the release_model_spec.json shape; stdout is kept for one JSON document, the

@@ -121,6 +121,7 @@ instances:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import SafeFileError
+from ansible_collections.ttfleet.inference.plugins.module_utils._spec import DEFAULT_RELEASE_ROOT
 from ansible_collections.ttfleet.inference.plugins.module_utils._status import host_report
 
 
@@ -128,7 +129,7 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             state_dir=dict(type="path", default="/var/lib/ttfleet/serve"),
-            releases_root=dict(type="path", default="/opt/tt-inference-server"),
+            releases_root=dict(type="path", default=DEFAULT_RELEASE_ROOT),
             timeout=dict(type="float", default=5.0),
         ),
         supports_check_mode=True,

@@ -1,6 +1,7 @@
 """Every role's defaults, argument specs and README agree (STYLE rule 4)."""
 
 import os
+import re
 import sys
 
 import pytest
@@ -30,11 +31,67 @@ def test_defaults_match_main_spec(role):
         assert options[name]["default"] == value, f"roles/{role}: default of {name} differs between defaults and spec"
 
 
+# The contract role's variables are the inventory's fleet-wide names (tt_models, tt_release_root, ...).
+PREFIXES = {"fleet_defaults": "tt"}
+
+
 @pytest.mark.parametrize("role", ROLES)
 def test_public_names_carry_the_role_prefix(role):
+    prefix = PREFIXES.get(role, role)
     for entry, spec in role_docs.load_specs(role).items():
         for name in spec.get("options", {}):
-            assert name.startswith(f"{role}_"), f"roles/{role} entry {entry}: {name} lacks the prefix {role}_"
+            assert name.startswith(f"{prefix}_"), f"roles/{role} entry {entry}: {name} lacks the prefix {prefix}_"
+
+
+def _role_files(role):
+    for base, _dirs, files in os.walk(os.path.join(ROOT, "roles", role)):
+        for name in files:
+            if name.endswith((".yml", ".yaml", ".j2")):
+                path = os.path.join(base, name)
+                with open(path, encoding="utf-8") as handle:
+                    yield os.path.relpath(path, ROOT), handle.read()
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_no_role_reads_or_sets_another_roles_private_variables(role):
+    others = [other for other in ROLES if other != role]
+    for path, text in _role_files(role):
+        for other in others:
+            # tt_host's private names start with __tt_host_; none of the others' start with another role's name.
+            hits = [m for m in re.findall(rf"\b__{other}_\w+", text) if not m.startswith(f"__{role}_")]
+            assert not hits, f"{path} uses {sorted(set(hits))}, private to roles/{other}: use its entry points or facts"
+
+
+def test_the_release_root_is_written_once():
+    """/opt/tt-inference-server is tt_release_root's default (fleet_defaults) and _spec.py's, nowhere else that runs."""
+    hits = []
+    for top in ("roles", "playbooks"):
+        for base, _dirs, files in os.walk(os.path.join(ROOT, top)):
+            for name in files:
+                path = os.path.join(base, name)
+                if name == "README.md" or not name.endswith((".yml", ".j2", ".sh", ".py")):
+                    continue
+                with open(path, encoding="utf-8") as handle:
+                    for number, line in enumerate(handle, 1):
+                        if "/opt/tt-inference-server" in line and not line.lstrip().startswith("#"):
+                            hits.append(f"{os.path.relpath(path, ROOT)}:{number}")
+    allowed = {"roles/fleet_defaults/defaults/main.yml", "roles/fleet_defaults/meta/argument_specs.yml"}
+    assert [hit for hit in hits if hit.rsplit(":", 1)[0] not in allowed] == []
+
+
+def test_the_device_list_exists_once():
+    """tt_device_types is fleet_defaults' alone: the status playbook reads it, no other file lists the device names."""
+    listing = re.compile(r"\bn150, n300, n150x4\b|^\s*- n150x4$", re.M)
+    hits = []
+    for top in ("roles", "playbooks"):
+        for base, _dirs, files in os.walk(os.path.join(ROOT, top)):
+            for name in files:
+                if name.endswith(".yml"):
+                    path = os.path.join(base, name)
+                    with open(path, encoding="utf-8") as handle:
+                        if listing.search(handle.read()):
+                            hits.append(os.path.relpath(path, ROOT))
+    assert sorted(hits) == ["roles/fleet_defaults/defaults/main.yml", "roles/fleet_defaults/meta/argument_specs.yml"]
 
 
 @pytest.mark.parametrize("role", ROLES)

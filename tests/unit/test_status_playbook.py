@@ -53,8 +53,8 @@ def fleet(tmp_path):
                     "ansible_port": 1,
                     "ansible_ssh_common_args": "-o ConnectTimeout=5",
                 },
-                "here": {**local, "inference_server_root": str(ttis)},
-                "bare": {**local, "inference_server_root": str(tmp_path / "bare")},
+                "here": {**local, "tt_release_root": str(ttis)},
+                "bare": {**local, "tt_release_root": str(tmp_path / "bare")},
             },
             "vars": {"hf_token": SECRET, "status_health_timeout": 2},
         }
