@@ -394,27 +394,29 @@ faults() {
   pytest tests/faults -q -p no:cacheprovider -m "faults and not slow"
 }
 
+# The stages that run alone or in a list (molecule and parallel take arguments of their own).
+STAGES=" lint unit attacks hostile sanity matrix build package entrypoints faults "
+is_stage() { [[ "$STAGES" == *" $1 "* ]]; }
+
 what=${1:-all}
 shift || true
-case "$what" in
-  all) all ;;
-  lint | unit | attacks | hostile | sanity | matrix | build | package | entrypoints | faults)
-    # One stage or several, one after another: tests/run-tests.sh sanity matrix build
-    for s in "$what" "$@"; do
-      case "$s" in
-        lint | unit | attacks | hostile | sanity | matrix | build | package | entrypoints | faults) ;;
-        *) echo "$s: not a stage (molecule runs on its own: tests/run-tests.sh molecule [scenario ...])" >&2; exit 2 ;;
-      esac
-    done
-    for s in "$what" "$@"; do timed "$s" "$s"; done
-    ;;
-  molecule) molecule_stage "$@" ;;
-  parallel)
-    [ $# -gt 0 ] || { echo "usage: $0 parallel JOB ... (a JOB is a stage list or 'molecule SCENARIO')" >&2; exit 2; }
-    lab_ready
-    pool "${TTFLEET_TEST_JOBS:-2}" -- "$@"
-    ;;
-  *) echo "usage: $0 all | STAGE ... | molecule [SCENARIO ...] | parallel JOB ...; a STAGE is one of lint unit attacks hostile sanity matrix build package entrypoints faults" >&2; exit 2 ;;
-esac
+if is_stage "$what"; then
+  # One stage or several, one after another: tests/run-tests.sh sanity matrix build
+  for s in "$what" "$@"; do
+    is_stage "$s" || { echo "$s: not a stage (molecule runs on its own: tests/run-tests.sh molecule [scenario ...])" >&2; exit 2; }
+  done
+  for s in "$what" "$@"; do timed "$s" "$s"; done
+else
+  case "$what" in
+    all) all ;;
+    molecule) molecule_stage "$@" ;;
+    parallel)
+      [ $# -gt 0 ] || { echo "usage: $0 parallel JOB ... (a JOB is a stage list or 'molecule SCENARIO')" >&2; exit 2; }
+      lab_ready
+      pool "${TTFLEET_TEST_JOBS:-2}" -- "$@"
+      ;;
+    *) echo "usage: $0 all | STAGE ... | molecule [SCENARIO ...] | parallel JOB ...; a STAGE is one of$STAGES" >&2; exit 2 ;;
+  esac
+fi
 stage "all requested checks passed"
 echo "stages: $passed passed, 0 failed"

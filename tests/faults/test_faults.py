@@ -397,7 +397,8 @@ def served(lab):
     lab.add_host("ft-n150-2", "n150")
     images = [f"ghcr.io/tenstorrent/tt-inference-server/{IMAGE}"]
 
-    # Our own cache directory: serve_image removes the other tarballs of its cache, which belong to other labs.
+    # A cache directory of its own, under the lock every user of serve_image takes: its tarballs never replace the
+    # ones of the lab or of a molecule scenario running beside it.
     labmod.SERVE_IMAGE_CACHE = os.path.join(OUT, "serve-image")
     with labmod.cache_lock("serve-image"):
         tarball = labmod.serve_image(images)
