@@ -43,19 +43,21 @@ def test_public_names_carry_the_role_prefix(role):
             assert name.startswith(f"{prefix}_"), f"roles/{role} entry {entry}: {name} lacks the prefix {prefix}_"
 
 
-def _role_files(role):
-    for base, _dirs, files in os.walk(os.path.join(ROOT, "roles", role)):
-        for name in files:
-            if name.endswith((".yml", ".yaml", ".j2")):
-                path = os.path.join(base, name)
-                with open(path, encoding="utf-8") as handle:
-                    yield os.path.relpath(path, ROOT), handle.read()
+def _files(tops, suffixes):
+    """(path relative to the checkout, text) of every file below the directories ``tops`` ending in ``suffixes``."""
+    for top in tops:
+        for base, _dirs, files in os.walk(os.path.join(ROOT, top)):
+            for name in sorted(files):
+                if name.endswith(suffixes) and name != "README.md":
+                    path = os.path.join(base, name)
+                    with open(path, encoding="utf-8") as handle:
+                        yield os.path.relpath(path, ROOT), handle.read()
 
 
 @pytest.mark.parametrize("role", ROLES)
 def test_no_role_reads_or_sets_another_roles_private_variables(role):
     others = [other for other in ROLES if other != role]
-    for path, text in _role_files(role):
+    for path, text in _files([os.path.join("roles", role)], (".yml", ".yaml", ".j2")):
         for other in others:
             # tt_host's private names start with __tt_host_; none of the others' start with another role's name.
             hits = [m for m in re.findall(rf"\b__{other}_\w+", text) if not m.startswith(f"__{role}_")]
@@ -63,18 +65,14 @@ def test_no_role_reads_or_sets_another_roles_private_variables(role):
 
 
 def test_the_release_root_is_written_once():
-    """/opt/tt-inference-server is tt_release_root's default (fleet_defaults) and _spec.py's, nowhere else that runs."""
-    hits = []
-    for top in ("roles", "playbooks"):
-        for base, _dirs, files in os.walk(os.path.join(ROOT, top)):
-            for name in files:
-                path = os.path.join(base, name)
-                if name == "README.md" or not name.endswith((".yml", ".j2", ".sh", ".py")):
-                    continue
-                with open(path, encoding="utf-8") as handle:
-                    for number, line in enumerate(handle, 1):
-                        if "/opt/tt-inference-server" in line and not line.lstrip().startswith("#"):
-                            hits.append(f"{os.path.relpath(path, ROOT)}:{number}")
+    """/opt/tt-inference-server is tt_release_root's default (fleet_defaults) and nowhere else in roles and playbooks
+    (the modules take theirs from _spec.DEFAULT_RELEASE_ROOT)."""
+    hits = [
+        f"{path}:{number}"
+        for path, text in _files(["roles", "playbooks"], (".yml", ".j2", ".sh", ".py"))
+        for number, line in enumerate(text.splitlines(), 1)
+        if "/opt/tt-inference-server" in line and not line.lstrip().startswith("#")
+    ]
     allowed = {"roles/fleet_defaults/defaults/main.yml", "roles/fleet_defaults/meta/argument_specs.yml"}
     assert [hit for hit in hits if hit.rsplit(":", 1)[0] not in allowed] == []
 
@@ -82,15 +80,7 @@ def test_the_release_root_is_written_once():
 def test_the_device_list_exists_once():
     """tt_device_types is fleet_defaults' alone: the status playbook reads it, no other file lists the device names."""
     listing = re.compile(r"\bn150, n300, n150x4\b|^\s*- n150x4$", re.M)
-    hits = []
-    for top in ("roles", "playbooks"):
-        for base, _dirs, files in os.walk(os.path.join(ROOT, top)):
-            for name in files:
-                if name.endswith(".yml"):
-                    path = os.path.join(base, name)
-                    with open(path, encoding="utf-8") as handle:
-                        if listing.search(handle.read()):
-                            hits.append(os.path.relpath(path, ROOT))
+    hits = [path for path, text in _files(["roles", "playbooks"], (".yml",)) if listing.search(text)]
     assert sorted(hits) == ["roles/fleet_defaults/defaults/main.yml", "roles/fleet_defaults/meta/argument_specs.yml"]
 
 
