@@ -11,7 +11,8 @@ Ansible's display. The result is the module's own, as if it had run synchronousl
 status file it created are removed at the end.
 
 Check mode and tasks with their own ``async:`` run the module as usual (check mode moves no bytes; an
-``async`` task is polled by Ansible itself).
+``async`` task is polled by Ansible itself), and so does a connection with native async such as mitogen's, whose
+jobs this plugin cannot poll.
 
 The job's time limit is ``ttfleet_job_limit`` seconds (24 hours when the variable is not set). The module ends on
 its own well before a stalled or dripping origin could hold it that long: every request it makes has a stall limit
@@ -177,8 +178,11 @@ class ActionModule(ActionBase):
         del tmp
         task_vars = task_vars or {}
         refuse_url_credentials(self._task.args)
-        if self._task.async_val or self._play_context.check_mode or self._runs_sync(self._task.args):
-            wrap = bool(self._task.async_val) and not self._connection.has_native_async
+        # A connection with native async (mitogen's) runs async jobs its own way: the job files and the async
+        # wrapper this plugin polls do not exist there, so the module runs as a plain task, without progress lines.
+        native = self._connection.has_native_async is True
+        if self._task.async_val or self._play_context.check_mode or native or self._runs_sync(self._task.args):
+            wrap = bool(self._task.async_val) and not native
             result.update(self._execute_module(task_vars=task_vars, wrap_async=wrap))
             if not wrap:
                 self._remove_tmp_path(self._connection._shell.tmpdir)

@@ -128,7 +128,7 @@ def test_run_cleans_up_the_job_and_its_status_dir(monkeypatch):
     plugin._task.check_mode = False
     plugin._play_context = mock.Mock(check_mode=False)
     plugin._templar = mock.Mock(template=lambda value: value)
-    plugin._connection = mock.Mock()
+    plugin._connection = mock.Mock(has_native_async=False)
     plugin._connection._shell.tmpdir = None
     commands, modules = [], []
 
@@ -192,7 +192,7 @@ def test_an_interrupted_run_stops_its_job(monkeypatch):
     plugin._task.args = {"dest": "/v/weights/m", "repo_id": "o/m"}
     plugin._play_context = mock.Mock(check_mode=False)
     plugin._templar = mock.Mock(template=lambda value: value)
-    plugin._connection = mock.Mock()
+    plugin._connection = mock.Mock(has_native_async=False)
     commands = []
     plugin._low_level_execute_command = lambda cmd, sudoable=True: (
         commands.append(cmd) or {"rc": 0, "stdout": "/tmp/ttfleet-progress.x\n" if "mktemp" in cmd else ""}
@@ -209,6 +209,22 @@ def test_an_interrupted_run_stops_its_job(monkeypatch):
         plugin.run(task_vars={"inventory_hostname": "h"})
     assert any("pgrep -f -- 'async_wrapper.*[ ]j99 '" in c and "kill -TERM -- -$p $p" in c for c in commands)
     assert commands[-1] == "rm -rf -- /tmp/ttfleet-progress.x"
+
+
+def test_a_connection_with_native_async_runs_the_module_as_a_plain_task():
+    """mitogen's connection runs async jobs itself: no async wrapper to poll, so the module runs once, in place."""
+    plugin = _plugin()
+    plugin._task.args = {"dest": "/v/weights/m", "repo_id": "o/m"}
+    plugin._play_context = mock.Mock(check_mode=False)
+    plugin._connection = mock.Mock(has_native_async=True)
+    plugin._connection._shell.tmpdir = "/tmp/ansible-tmp-1"
+    calls, removed = [], []
+    plugin._execute_module = lambda task_vars=None, wrap_async=False: calls.append(wrap_async) or {"changed": False}
+    plugin._remove_tmp_path = removed.append
+    plugin._launch = lambda args, task_vars: pytest.fail("no async job under a native-async connection")
+    with mock.patch.object(act.ActionBase, "run", return_value={}):
+        assert plugin.run(task_vars={"inventory_hostname": "h"}) == {"changed": False}
+    assert calls == [False] and removed == ["/tmp/ansible-tmp-1"]
 
 
 def test_credentials_in_the_s3_endpoint_are_refused_on_the_controller():
