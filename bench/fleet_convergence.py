@@ -28,8 +28,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, ".venv", "bin")
 STATE = os.path.join(ROOT, ".cache", "hf-mirror")
 REPO = "meta-llama/Llama-3.2-1B-Instruct"
-# One model of the plan model_cache prints ("Show the plan of the model weights"): bytes, then its source.
-PLAN_ITEM = re.compile(r"bytes: (\d+)\n(?:[^\n]*\n){0,3}?\s+source: (\S+)")
+# One model of the plan model_cache prints ("Show the plan of the model weights"): "<model>: <source>, <bytes> bytes
+# to fetch into <volume>...".
+PLAN_ITEM = re.compile(r"[\"'][^\"':]+: (\S+), (\d+) bytes to fetch into ")
 IMAGE = "ghcr.io/tenstorrent/tt-inference-server/vllm-tt-metal-src-release-ubuntu-22.04-amd64:0.11.1-84b4c53-222ee06"
 ENV = dict(
     os.environ,
@@ -82,7 +83,7 @@ def one(n):
     with open(os.path.join(STATE, "origin.jsonl")) as handle:
         log = [json.loads(line) for line in handle if line.strip()]
     origin = sum(item["bytes"] for item in log if "/resolve/" in item["path"])
-    peer = sum(int(b) for b, src in PLAN_ITEM.findall(output) if src.startswith("peer"))
+    peer = sum(int(b) for src, b in PLAN_ITEM.findall(output) if src.startswith("peer"))
     rerun = run([os.path.join(BIN, "ansible-playbook"), "-i", "inventories/lab", "site.yml"])
     result = {
         "hosts": n,

@@ -1,6 +1,7 @@
 # Copyright (c) ttfleet.inference contributors
 # SPDX-License-Identifier: Apache-2.0
-"""The S3 options modules share (argument spec entries), kept apart from _s3 so that it stays stdlib-only."""
+"""The options modules share (argument spec entries): S3's, kept apart from _s3 so that it stays stdlib-only, and
+those of a weights source (model_weights, model_cache_plan)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,11 @@ import urllib.parse
 from typing import TYPE_CHECKING
 
 from ansible.module_utils.basic import env_fallback
+
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights import (
+    DEFAULT_ENDPOINT,
+    DEFAULT_IGNORE_PATTERNS,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -25,6 +31,21 @@ S3_OPTIONS: dict[str, dict[str, Any]] = dict(
     s3_session_token=dict(type="str", no_log=True, fallback=(env_fallback, ["AWS_SESSION_TOKEN"])),
     s3_ca_bundle=dict(type="path"),
     s3_verify=dict(type="bool", default=True),
+)
+
+# How weights are listed and checked at their source (doc fragment ttfleet.inference.weights_source).
+WEIGHTS_SOURCE_OPTIONS: dict[str, dict[str, Any]] = dict(
+    allow_floating_revision=dict(type="bool", default=False),
+    hf_endpoint=dict(type="str", default=DEFAULT_ENDPOINT, fallback=(env_fallback, ["HF_ENDPOINT"])),
+    hf_token=dict(type="str", no_log=True, fallback=(env_fallback, ["HF_TOKEN"])),
+    ignore_patterns=dict(type="list", elements="str", default=list(DEFAULT_IGNORE_PATTERNS)),
+    verify=dict(type="str", choices=["auto", "sha256", "size"], default="auto"),
+    disk_margin_gb=dict(type="float", default=10),
+    container_owner=dict(type="int"),
+    container_group=dict(type="int"),
+    host=dict(type="str"),
+    timeout=dict(type="int", default=60),
+    **S3_OPTIONS,
 )
 
 

@@ -41,6 +41,7 @@ description:
     refused. Staging is root's own (mode C(0700)); a staging directory that is not is removed and started anew.
 extends_documentation_fragment:
   - ttfleet.inference.attributes
+  - ttfleet.inference.weights_source
 attributes:
   check_mode:
     support: full
@@ -89,25 +90,6 @@ options:
       - A branch, tag or abbreviated SHA is refused unless O(allow_floating_revision=true); it is then resolved to
         its commit SHA, which is fetched and recorded.
     type: str
-  allow_floating_revision:
-    description:
-      - Accept a branch or tag name in O(revision) (V(main) when O(revision) is not set). Each run then follows it,
-        and a moved branch fetches the changed files.
-    type: bool
-    default: false
-  hf_endpoint:
-    description:
-      - Base URL of the Hub or of a mirror that speaks its protocol.
-      - When not set, the E(HF_ENDPOINT) environment variable of the module is used, then V(https://huggingface.co).
-    type: str
-    default: https://huggingface.co
-  hf_token:
-    description:
-      - Hugging Face access token for gated or private repositories. Requests go out without it first and it is sent
-        (as C(Authorization) header, never to another host after a redirect) only once the repository refuses them.
-      - When not set, the E(HF_TOKEN) environment variable of the module is used.
-      - Never shown in results, errors or diffs.
-    type: str
   path:
     description:
       - The directory holding the model files when O(source=path), for example an NFS share or another volume.
@@ -123,34 +105,10 @@ options:
         ending in C(/) means everything below). All files when not set.
     type: list
     elements: str
-  ignore_patterns:
-    description:
-      - Files whose path matches one of these patterns are skipped. The default skips Meta's original checkpoints,
-        which tt-inference-server does not read.
-    type: list
-    elements: str
-    default: ['original/**']
-  verify:
-    description:
-      - How files already in O(dest) are checked. Fetched files are always checked against the source's digests
-        while they stream (sha256 for LFS files, the git blob id for others).
-      - V(sha256) hashes every file. A non-LFS file of a Hub repository is checked against its git blob id; its
-        sha256 is recorded in the manifest either way.
-      - V(size) trusts a manifest entry of the same source with the same size (and the same sha256 for LFS files);
-        files the manifest does not cover are hashed.
-      - V(auto) is V(size) when the manifest matches the source and V(sha256) otherwise.
-    type: str
-    choices: [auto, sha256, size]
-    default: auto
   workers:
     description:
       - Files hashed in parallel. Defaults to the number of CPUs, at most 8.
     type: int
-  disk_margin_gb:
-    description:
-      - GiB that must stay free on the filesystem of O(dest) on top of the bytes still to fetch.
-    type: float
-    default: 10
   owner:
     description:
       - UID that owns O(dest) and everything in it. Files get mode C(0644) (C(0755) with an execute bit),
@@ -167,77 +125,15 @@ options:
       - GID of O(dest) and everything in it.
     type: int
     default: 0
-  container_owner:
-    description:
-      - UID of the serving container (tt-inference-server runs as UID 1000). When set, O(dest) must be
-        C(<volume>/weights/<model>) and the volume is laid out for it; see the description. Unset, only O(dest) is
-        touched.
-    type: int
-  container_group:
-    description:
-      - GID of the directories the container writes. Defaults to O(container_owner).
-    type: int
   status_file:
     description:
       - While bytes move, a JSON file rewritten atomically about every 2 seconds with C(state), C(done_bytes),
         C(total_bytes), C(rate) (bytes per second), C(eta) (seconds), C(file) and C(updated_at), for a progress
         reporter to poll.
     type: path
-  host:
-    description:
-      - Name of the host in messages. Defaults to the host name.
-    type: str
-  s3_endpoint:
-    description:
-      - URL of the S3-compatible service, for example V(https://s3.site.lab:9000) (path-style requests).
-      - A URL carrying credentials (C(user:password@host)) is refused; give them as O(s3_access_key) and
-        O(s3_secret_key).
-    type: str
-  s3_bucket:
-    description: Bucket holding the models.
-    type: str
-  s3_prefix:
-    description: Key prefix above C(<repo_id>/<revision>/) in O(s3_bucket); empty for none.
-    type: str
-    default: ""
-  s3_region:
-    description: Region used in the request signatures (AWS Signature Version 4).
-    type: str
-    default: us-east-1
-  s3_access_key:
-    description:
-      - Access key id. When not set, the E(AWS_ACCESS_KEY_ID) environment variable of the module is used. Never shown.
-    type: str
-  s3_secret_key:
-    description:
-      - Secret access key. When not set, the E(AWS_SECRET_ACCESS_KEY) environment variable of the module is used.
-        Never shown in results, errors or diffs.
-    type: str
-  s3_session_token:
-    description:
-      - Session token of temporary credentials (AWS STS C(AssumeRole), C(GetSessionToken), SSO), given with the
-        O(s3_access_key) and O(s3_secret_key) of the same session. It is sent as the signed
-        C(x-amz-security-token) header of every request and never shown in results, errors or diffs.
-      - When not set, the E(AWS_SESSION_TOKEN) environment variable of the module is used. Leave both unset with
-        long-term keys.
-    type: str
-  s3_ca_bundle:
-    description:
-      - PEM file of the CA certificates to trust for an V(https) O(s3_endpoint), on the host. They replace the
-        system's CA store for these requests.
-    type: path
-  s3_verify:
-    description: Verify the TLS certificate of O(s3_endpoint). Turn off only in a lab.
-    type: bool
-    default: true
   peer_url:
     description: The RV(ttfleet.inference.weights_server#module:url) of the peer serving the model, for O(source=peer).
     type: str
-  timeout:
-    description:
-      - Seconds an HTTP connection may stay silent before it counts as failed (and is retried, resuming).
-    type: int
-    default: 60
 notes:
   - Sizes in messages are binary units (GiB), as tt-inference-server counts disk.
   - The manifest records where the files came from; it holds no secret.
@@ -433,12 +329,13 @@ skipped:
 """
 
 
-from ansible.module_utils.basic import AnsibleModule, env_fallback
+from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._s3_options import S3_OPTIONS, mask_url_credentials
+from ansible_collections.ttfleet.inference.plugins.module_utils._s3_options import (
+    WEIGHTS_SOURCE_OPTIONS,
+    mask_url_credentials,
+)
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights import (
-    DEFAULT_ENDPOINT,
-    DEFAULT_IGNORE_PATTERNS,
     WeightsError,
     scrub,
     sync_weights,
@@ -454,24 +351,14 @@ def main():
             source=dict(type="str", choices=["hf", "path", "s3", "peer", "none"], default="hf"),
             repo_id=dict(type="str"),
             revision=dict(type="str"),
-            allow_floating_revision=dict(type="bool", default=False),
-            hf_endpoint=dict(type="str", default=DEFAULT_ENDPOINT, fallback=(env_fallback, ["HF_ENDPOINT"])),
-            hf_token=dict(type="str", no_log=True, fallback=(env_fallback, ["HF_TOKEN"])),
             path=dict(type="path"),
             allow_patterns=dict(type="list", elements="str"),
-            ignore_patterns=dict(type="list", elements="str", default=list(DEFAULT_IGNORE_PATTERNS)),
-            verify=dict(type="str", choices=["auto", "sha256", "size"], default="auto"),
             workers=dict(type="int"),
-            disk_margin_gb=dict(type="float", default=10),
             owner=dict(type="int", default=0),
             group=dict(type="int", default=0),
-            container_owner=dict(type="int"),
-            container_group=dict(type="int"),
             status_file=dict(type="path"),
-            host=dict(type="str"),
-            timeout=dict(type="int", default=60),
             peer_url=dict(type="str"),
-            **S3_OPTIONS,
+            **WEIGHTS_SOURCE_OPTIONS,
         ),
         required_if=[
             ("source", "hf", ["repo_id"]),

@@ -325,66 +325,24 @@ spec:
   type: dict
 """
 
-import glob
 import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._reuse import annotate_candidates, release_commits
+from ansible_collections.ttfleet.inference.plugins.module_utils._cache_plan import other_releases, plan_volume
 from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
     SPEC_SOURCE_OPTIONS,
     SpecError,
     default_checkout,
-    iter_specs,
     load_catalog,
-    load_checkout,
     resolve,
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import (
     VolumeError,
     check_path_text,
     expand_roots,
-    expected_volume,
     scan_roots,
-    select_candidates,
 )
-
-
-def _other_releases(patterns, checkout):
-    """Release checkouts to consult for candidates' commits: the given globs, else the default checkout's siblings."""
-    if patterns is None:
-        if not checkout:
-            return []
-        real = os.path.realpath(checkout)
-        if os.path.basename(os.path.dirname(real)) != "releases":
-            return []
-        patterns = [os.path.join(os.path.dirname(real), "*")]
-    current = os.path.realpath(checkout) if checkout else None
-    found = []
-    for pattern in patterns:
-        for path in sorted(glob.glob(pattern)):
-            real = os.path.realpath(path)
-            if os.path.isdir(real) and real != current and real not in found:
-                found.append(real)
-    return found
-
-
-def _commit_lookup(module, dirs, derived):
-    """``lookup(version)`` over the specs of ``dirs``, loading them once and only when first asked."""
-    cache = {}
-
-    def lookup(version):
-        if "commits" not in cache:
-            catalogs = []
-            for path in dirs:
-                try:
-                    catalogs.append(load_checkout(path))
-                except SpecError as exc:
-                    module.warn(f"cannot read the specs of {path} to date a candidate's kernel cache: {exc}")
-            cache["commits"] = release_commits(catalogs, derived, iter_specs)
-        return cache["commits"].get(str(version))
-
-    return lookup
 
 
 def main():
@@ -430,21 +388,17 @@ def main():
         volumes, warnings = scan_roots(roots, sizes=params["sizes"])
         result = {"changed": False, "roots": roots, "volumes": volumes, "candidates": []}
         if derived is not None:
-            expected = expected_volume(root, derived, volumes, sizes=params["sizes"])
-            result["expected"] = expected
-            candidates = select_candidates(volumes, derived, expected)
-            if candidates and expected["type"] == "absent":
-                lookup = _commit_lookup(module, _other_releases(params["release_dirs"], checkout), derived)
-            else:
-                lookup = None
-            candidates = annotate_candidates(
-                candidates, derived, root, lookup=lookup, isolate=params["kernel_isolation"]
+            expected, candidates, found = plan_volume(
+                root,
+                volumes,
+                derived,
+                other_releases(params["release_dirs"], checkout),
+                module.warn,
+                isolate=params["kernel_isolation"],
+                sizes=params["sizes"],
             )
-            result["candidates"] = candidates
-            if candidates and expected["type"] == "absent" and candidates[0]["reuse"] == "symlink":
-                best = candidates[0]
-                if best["kernels"] != "same" and not best["same_filesystem"] and params["kernel_isolation"]:
-                    warnings.append(f"{expected['path']}: {best['reuse_reason']}")
+            warnings.extend(found)
+            result["expected"], result["candidates"] = expected, candidates
             result["spec"] = derived
     except (SpecError, VolumeError) as exc:
         module.fail_json(msg=str(exc))

@@ -28,7 +28,6 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import 
     scan_roots,
     select_candidates,
 )
-from ansible_collections.ttfleet.inference.plugins.modules import volume_facts
 
 LLAMA = "Llama-3.1-8B-Instruct"
 OLD = f"volume_id_tt_transformers-{LLAMA}-v0.17.0"
@@ -224,20 +223,6 @@ def test_a_failed_build_leaves_no_half_volume_and_the_source_intact(tmp_path, mo
     assert not new.exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".ttfleet-tmp-")] == []
     assert (old / "weights" / LLAMA / "model-00001-of-00002.safetensors").stat().st_nlink == 1
-
-
-def test_volume_facts_consults_the_releases_kept_beside_the_current_one(tmp_path):
-    releases = tmp_path / "releases"
-    for tag in ("v0.16.0", "v0.18.0", "v0.20.0"):
-        (releases / tag).mkdir(parents=True)
-    (tmp_path / "current").symlink_to("releases/v0.20.0")
-    found = volume_facts._other_releases(None, str(tmp_path / "current"))
-    assert found == [str(releases / "v0.16.0"), str(releases / "v0.18.0")]
-    # A checkout outside the role's layout (or a spec file) has no siblings to consult unless they are named.
-    assert volume_facts._other_releases(None, str(tmp_path / "releases")) == []
-    assert volume_facts._other_releases(None, None) == []
-    named = volume_facts._other_releases([str(releases / "*")], str(releases / "v0.18.0"))
-    assert named == [str(releases / "v0.16.0"), str(releases / "v0.20.0")]
 
 
 def test_a_volume_of_the_same_commit_goes_first(tmp_path):

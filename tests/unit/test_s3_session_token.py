@@ -30,6 +30,7 @@ from conftest import patch_module_args
 from test_kernels import KEY, warm_cache
 
 from ansible_collections.ttfleet.inference.plugins.action import model_weights as progress_action
+from ansible_collections.ttfleet.inference.plugins.doc_fragments import weights_source
 from ansible_collections.ttfleet.inference.plugins.module_utils import _s3 as s3
 from ansible_collections.ttfleet.inference.plugins.module_utils import _weights as weights
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client, S3Error
@@ -633,7 +634,12 @@ def test_the_option_mirrors_the_keys():
     assert token["no_log"] is True and secret["no_log"] is True
     assert token["fallback"][0] is secret["fallback"][0] and token["fallback"][1] == ["AWS_SESSION_TOKEN"]
     for module in (model_weights_module, kernel_cache_module):
-        doc = yaml.safe_load(module.DOCUMENTATION)["options"]
+        doc = yaml.safe_load(module.DOCUMENTATION)
+        options = dict(doc["options"])
+        # model_weights documents its source options in the doc fragment it shares with model_cache_plan.
+        if "ttfleet.inference.weights_source" in doc.get("extends_documentation_fragment", []):
+            options.update(yaml.safe_load(weights_source.ModuleDocFragment.DOCUMENTATION)["options"])
+        doc = options
         assert "s3_session_token" in doc and "AWS_SESSION_TOKEN" in " ".join(doc["s3_session_token"]["description"])
 
 
@@ -686,7 +692,8 @@ def test_every_role_task_that_passes_the_secret_key_passes_the_token():
     found = []
     for name in sorted(os.listdir(os.path.join(ROLE, "tasks"))):
         _walk(_load("tasks", name), found)
-    # model_weights through module_defaults (main.yml), kernel_cache deploy (kernels.yml) and harvest (harvest.yml).
+    # model_weights and model_cache_plan through module_defaults (main.yml), kernel_cache deploy (kernels.yml) and
+    # harvest (harvest.yml).
     assert len(found) == 3
     for holder, module, args in found:
         assert "s3_session_token" in args, (module, holder.get("name"))
@@ -696,7 +703,7 @@ def test_every_role_task_that_passes_the_secret_key_passes_the_token():
                 "model_cache_s3_secret_key": SECRET,
                 "model_cache_kernel_store": store,
             }
-            if module == "ttfleet.inference.model_weights":  # module_defaults: the module picks what it needs
+            if module == "group/ttfleet.inference.weights":  # module_defaults: each module picks what it needs
                 expected = TOKEN if token else "OMITTED"
             else:
                 secret = _render(args["s3_secret_key"], variables)

@@ -1,0 +1,327 @@
+# Copyright (c) ttfleet.inference contributors
+# SPDX-License-Identifier: Apache-2.0
+"""The plan of the model_cache role: per served model, its spec, its volume, where its weights come from and why.
+
+Private to the collection. ``plan_volume`` finds the expected volume of a resolved spec and the volumes it could
+alias (ttfleet.inference.volume_facts reports the same); ``choose_source`` applies the role's source order;
+``plan_models`` resolves each model once, plans its weights with the caller's ``plan_weights`` (the check mode of
+model_weights, which lists the origin and compares it with the volume) and returns the records the tasks act on;
+``disk_shortfalls`` checks that each filesystem takes all of its models at once.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+from typing import TYPE_CHECKING
+
+from ansible_collections.ttfleet.inference.plugins.module_utils._reuse import annotate_candidates, release_commits
+from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
+    SpecError,
+    iter_specs,
+    load_checkout,
+)
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import expected_volume, select_candidates
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from typing import Any
+
+    JSON = dict[str, Any]
+    Lookup = Callable[[str], "tuple[str, str] | None"]
+
+SOURCES = ("preseeded", "hf", "path", "s3")
+# Sources whose bytes are listed at an origin and fetched.
+FETCHING = ("hf", "path", "s3")
+_COMMIT_RE = re.compile(r"^[0-9a-f]{40}\Z")
+GIB = 1 << 30
+
+
+class PlanError(Exception):
+    """A model the role cannot fill; the message names the host, the model and the fix."""
+
+
+# ---------------------------------------------------------------------------
+# Volumes
+
+
+def other_releases(patterns: Sequence[str] | None, checkout: str | None) -> list[str]:
+    """Release checkouts to consult for candidates' commits: the given globs, else the default checkout's siblings."""
+    if patterns is None:
+        if not checkout:
+            return []
+        real = os.path.realpath(checkout)
+        if os.path.basename(os.path.dirname(real)) != "releases":
+            return []
+        patterns = [os.path.join(os.path.dirname(real), "*")]
+    current = os.path.realpath(checkout) if checkout else None
+    found: list[str] = []
+    for pattern in patterns:
+        for path in sorted(glob.glob(pattern)):
+            real = os.path.realpath(path)
+            if os.path.isdir(real) and real != current and real not in found:
+                found.append(real)
+    return found
+
+
+def commit_lookup(dirs: Sequence[str], derived: Mapping[str, Any], warn: Callable[[str], object]) -> Lookup:
+    """``lookup(version)`` over the specs of ``dirs``, loading them once and only when first asked."""
+    cache: dict[str, dict[str, tuple[str, str]]] = {}
+
+    def lookup(version: str) -> tuple[str, str] | None:
+        if "commits" not in cache:
+            catalogs = []
+            for path in dirs:
+                try:
+                    catalogs.append(load_checkout(path))
+                except SpecError as exc:
+                    warn(f"cannot read the specs of {path} to date a candidate's kernel cache: {exc}")
+            cache["commits"] = release_commits(catalogs, derived, iter_specs)
+        return cache["commits"].get(str(version))
+
+    return lookup
+
+
+def plan_volume(
+    root: str,
+    volumes: Sequence[Mapping[str, Any]],
+    derived: Mapping[str, Any],
+    release_dirs: Sequence[str],
+    warn: Callable[[str], object],
+    isolate: bool = True,
+    sizes: bool = False,
+) -> tuple[JSON, list[JSON], list[str]]:
+    """``(expected, candidates, warnings)``: the volume the spec expects under ``root`` and what could fill it.
+
+    ``volumes`` is the scan of every root (``_volumes.scan_roots``); ``release_dirs`` are the other releases whose
+    specs date a candidate's kernel cache (``other_releases``), read only when a candidate records nothing.
+    """
+    expected = expected_volume(root, derived, volumes, sizes=sizes)
+    candidates = select_candidates(volumes, derived, expected)
+    lookup = commit_lookup(release_dirs, derived, warn) if candidates and expected["type"] == "absent" else None
+    candidates = annotate_candidates(candidates, derived, root, lookup=lookup, isolate=isolate)
+    warnings = []
+    if candidates and expected["type"] == "absent" and candidates[0]["reuse"] == "symlink":
+        best = candidates[0]
+        if best["kernels"] != "same" and not best["same_filesystem"] and isolate:
+            warnings.append(f"{expected['path']}: {best['reuse_reason']}")
+    return expected, candidates, warnings
+
+
+# ---------------------------------------------------------------------------
+# Sources
+
+
+def _recorded_revision(candidate: Mapping[str, Any]) -> str:
+    manifest = candidate.get("manifest") or {}
+    data = manifest.get("data") or {}
+    return str(data.get("revision") or "")
+
+
+def fresh_candidates(candidates: Iterable[Mapping[str, Any]], revision: str) -> list[JSON]:
+    """The candidates that do not record another revision of the repository than ``revision``.
+
+    Pinning a new revision must fetch it, not alias the old one. Factory volumes carry no manifest of ours and stay
+    candidates.
+    """
+    kept = []
+    for candidate in candidates:
+        recorded = _recorded_revision(candidate)
+        if revision and recorded and recorded != revision:
+            continue
+        kept.append(dict(candidate))
+    return kept
+
+
+def source_reasons(
+    expected: Mapping[str, Any],
+    candidates: Sequence[Mapping[str, Any]],
+    revision: str,
+    path: str,
+    floating: bool,
+    s3_bucket: str,
+) -> dict[str, tuple[bool, str]]:
+    """``{source: (applies, why)}`` for every source the role knows."""
+    pinned = bool(revision) or floating
+    rev_text = f"revision {revision}" if revision else "a floating revision (model_cache_allow_floating_revision)"
+    weights = expected.get("weights") or {}
+    manifest = expected.get("manifest") or {}
+    if expected.get("type") == "absent" and candidates:
+        preseeded = (True, f"{expected['path']} is absent and {candidates[0]['path']} holds complete weights")
+    elif expected.get("exists") and weights.get("usable") and not manifest.get("present"):
+        preseeded = (True, f"{expected['path']} holds complete weights that no fetch of ours recorded")
+    elif expected.get("exists"):
+        preseeded = (False, f"{expected['path']} exists and is not a volume of complete weights placed by hand")
+    else:
+        preseeded = (False, "no volume with complete weights of the model under the search roots")
+    return {
+        "preseeded": preseeded,
+        "hf": (True, f"{rev_text} of the repository") if pinned else (False, "the tt_models entry has no revision"),
+        "path": (True, f"the copy at {path}") if path else (False, "no path in the entry or model_cache_path"),
+        "s3": (
+            (bool(s3_bucket) and pinned),
+            f"bucket {s3_bucket}, {rev_text}"
+            if s3_bucket and pinned
+            else ("no model_cache_s3_bucket" if not s3_bucket else "the tt_models entry has no revision"),
+        ),
+    }
+
+
+def choose_source(
+    host: str,
+    model: str,
+    spec: Mapping[str, Any],
+    expected: Mapping[str, Any],
+    sources: Sequence[str],
+    reasons: Mapping[str, tuple[bool, str]],
+    search_roots: Sequence[str],
+) -> tuple[str, str]:
+    """``(source, reason)``: the first of ``sources`` that applies, and why it was chosen over the ones before it."""
+    passed: list[str] = []
+    for source in sources:
+        applies, why = reasons[source]
+        if applies:
+            before = "; ".join(passed)
+            return source, f"{source}: {why}" + (f" (before it, {before})" if before else "")
+        passed.append(f"{source} did not apply: {why}")
+    raise PlanError(
+        f"{host}: no source in {json.dumps(list(sources))} can fill {expected['path']} for {model} "
+        f"({spec.get('hf_weights_repo')}). preseeded: no volume with complete weights of {spec.get('model_name')} "
+        f"under {json.dumps(list(search_roots))}; hf: the tt_models entry has no revision (set revision to a "
+        f"commit SHA of {spec.get('hf_weights_repo')}, or model_cache_allow_floating_revision: true); path: no "
+        "path (set path in the entry or model_cache_path); s3: no model_cache_s3_bucket or no revision. Fix: add a "
+        "source that applies to the entry's sources or to model_cache_sources."
+    )
+
+
+def kernel_key(spec: Mapping[str, Any]) -> JSON:
+    """What the kernel cache of the model is keyed by (ttfleet.inference.kernel_cache), and the volume it lives in."""
+    paths = spec.get("paths") or {}
+    return {
+        "volume": paths.get("volume"),
+        "volume_name": spec.get("volume_name"),
+        "model_name": spec.get("model_name"),
+        "mesh": spec.get("mesh"),
+        "impl_id": spec.get("impl_id"),
+        "tt_metal_commit": spec.get("tt_metal_commit") or "",
+        "vllm_commit": spec.get("vllm_commit") or "",
+    }
+
+
+# ---------------------------------------------------------------------------
+# Models
+
+
+def plan_model(
+    entry: Mapping[str, Any],
+    spec: Mapping[str, Any],
+    expected: Mapping[str, Any],
+    candidates: Sequence[Mapping[str, Any]],
+    options: Mapping[str, Any],
+    plan_weights: Callable[[Mapping[str, Any]], Mapping[str, Any]],
+) -> JSON:
+    """The record of one model: what the tasks do for it, and the work entry the fan-out spreads over the site."""
+    host = options["host"]
+    name = entry["name"]
+    revision = str(entry.get("revision") or "")
+    path = str(entry.get("path") if entry.get("path") is not None else options.get("path") or "")
+    sources = list(entry.get("sources") or options["sources"])
+    kept = fresh_candidates(candidates, revision)
+    floating = bool(options.get("allow_floating_revision"))
+    reasons = source_reasons(expected, kept, revision, path, floating, options.get("s3_bucket") or "")
+    source, reason = choose_source(host, name, spec, expected, sources, reasons, options.get("search_roots") or [])
+    fetching = source in FETCHING
+    aliasing = source == "preseeded" and expected["type"] == "absent"
+    candidate = kept[0] if aliasing else None
+    weights: Mapping[str, Any] = {}
+    if fetching:
+        weights = plan_weights(
+            {
+                "dest": spec["paths"]["weights"],
+                "source": source,
+                "repo_id": spec.get("hf_weights_repo"),
+                "revision": revision or None,
+                "path": path if source == "path" else None,
+            }
+        )
+    weights_plan = weights.get("plan") or {}
+    filesystem = weights.get("filesystem") or {}
+    # alias: make the expected volume from the candidate; own: give weights already in place their layout;
+    # fetch: model_weights from the source (bytes_to_fetch may be 0 on a converged host: it still compares).
+    action = "alias" if aliasing else ("own" if source == "preseeded" else "fetch")
+    work = {
+        "model": name,
+        "origin": source,
+        "repo_id": spec.get("hf_weights_repo"),
+        "revision": weights.get("revision") if fetching else None,
+        "revision_arg": revision,
+        "path_arg": path,
+        "site": options.get("site") or "default",
+        "dest": spec["paths"]["weights"],
+        "volume": expected["path"],
+        "complete": bool(weights_plan.get("complete", True)) if fetching else True,
+        # Only a pinned commit of a repository is the same bytes on every host.
+        "shareable": bool(fetching and options.get("peers") and source != "path" and _COMMIT_RE.match(revision)),
+        "bytes": int(weights_plan.get("bytes_to_fetch") or 0) if fetching else 0,
+        "bytes_needed": int(weights.get("bytes_needed") or 0) if fetching else 0,
+        "fs_device": filesystem.get("device") if fetching else None,
+        "fs_path": filesystem.get("path") if fetching else None,
+        "fs_free": int(filesystem.get("free_bytes") or 0) if fetching else 0,
+        "alias_from": candidate["path"] if candidate else None,
+        # symlink: the alias shares the volume, kernel cache included; hardlink: weights shared, own kernel cache.
+        "link": candidate["reuse"] if candidate else None,
+        "link_reason": candidate["reuse_reason"] if candidate else None,
+    }
+    return {
+        "name": name,
+        "entry": dict(entry),
+        "spec": dict(spec),
+        "volume": dict(expected),
+        "candidate": candidate,
+        "source": source,
+        "reason": reason,
+        "action": action,
+        "revision": work["revision"],
+        "kernel": kernel_key(spec),
+        "bytes_to_fetch": work["bytes"],
+        "bytes_needed": work["bytes_needed"],
+        "filesystem": dict(filesystem) if fetching else None,
+        "work": work,
+    }
+
+
+def disk_shortfalls(work: Iterable[Mapping[str, Any]], margin_bytes: int) -> list[JSON]:
+    """The filesystems that cannot take all of their models at once (margin included), in order of first use."""
+    groups: dict[Any, list[Mapping[str, Any]]] = {}
+    for entry in work:
+        if entry.get("fs_device") is not None:
+            groups.setdefault(entry["fs_device"], []).append(entry)
+    short = []
+    for entries in groups.values():
+        need = sum(int(entry.get("bytes_needed") or 0) for entry in entries)
+        free = int(entries[0].get("fs_free") or 0)
+        if need > 0 and need + margin_bytes > free:
+            short.append(
+                {
+                    "path": entries[0].get("fs_path"),
+                    "models": [entry["model"] for entry in entries],
+                    "needed": need + margin_bytes,
+                    "free": free,
+                }
+            )
+    return short
+
+
+def shortfall_text(host: str, short: Sequence[Mapping[str, Any]], margin_gb: float) -> str:
+    parts = [
+        f"{host}: not enough free space in {fs['path']} for the weights of {', '.join(fs['models'])}: needed "
+        f"{fs['needed']} bytes ({fs['needed'] / GIB:.1f} GiB, model_cache_disk_margin_gb {margin_gb:g} included), "
+        f"free {fs['free']} bytes ({fs['free'] / GIB:.1f} GiB)."
+        for fs in short
+    ]
+    return " ".join(parts) + (
+        " Nothing was written. Free space there, serve fewer models on this host, or put tt_volume_root on a bigger "
+        "filesystem."
+    )

@@ -1,0 +1,377 @@
+#!/usr/bin/python
+# Copyright (c) ttfleet.inference contributors
+# SPDX-License-Identifier: Apache-2.0
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: model_cache_plan
+short_description: Plan the volumes, weights and kernel caches of the models a host serves
+version_added: 0.1.0
+description:
+  - The planning step of the P(ttfleet.inference.model_cache#role) role, for every model of O(models) at once. The
+    catalog is read and each model resolved once (as M(ttfleet.inference.model_spec) does), the volume roots are
+    scanned once (as M(ttfleet.inference.volume_facts) does), and for each model the module reports its spec, the
+    volume the spec expects, the source its weights come from and why, the volume it would be aliased to, the key of
+    its kernel cache and the bytes still to fetch.
+  - "The source is the first of the model's C(sources) (else O(sources)) that applies: V(preseeded) when the expected
+    volume is absent and a volume of the same impl and model holds complete weights (a candidate recording another
+    revision than the model's is none), or when the expected volume holds complete weights that no fetch of ours
+    recorded; V(hf) when the model has a revision or O(allow_floating_revision) is on; V(path) when it has a path
+    (else O(path)); V(s3) when O(s3_bucket) is set and the revision too. No source that applies fails, naming the
+    model and the fix."
+  - For V(hf), V(path) and V(s3), the weights are planned as the check mode of M(ttfleet.inference.model_weights)
+    plans them (the source is listed and compared with the volume; nothing is written), which gives the bytes to
+    fetch and the filesystem they land on. Then every filesystem must take all of its models at once, plus
+    O(disk_margin_gb), or the module fails before any byte moves.
+  - With O(weights=false) only the specs and kernel keys are reported (the harvest of kernel caches needs no more).
+  - Read-only; never changes anything.
+extends_documentation_fragment:
+  - ttfleet.inference.attributes
+  - ttfleet.inference.weights_source
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Runs the same in check mode; it writes nothing in either.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+options:
+  models:
+    description:
+      - The served models, entries of C(tt_models) (see the P(ttfleet.inference.model_cache#role) role). Each has a
+        C(name) and may have C(device), C(impl), C(engine), C(image), C(revision), C(path) and C(sources); other keys
+        are kept in RV(models[].entry).
+    type: list
+    elements: dict
+    required: true
+  device:
+    description: The device of the entries that name none (the host's C(tt_device)).
+    type: str
+    required: true
+  volume_root:
+    description: The directory the volumes live in (C(tt_volume_root)).
+    type: path
+    required: true
+  search_roots:
+    description: More directories, or globs, to look for preseeded volumes in (C(tt_preseeded_roots)).
+    type: list
+    elements: path
+    default: []
+  release_dirs:
+    description:
+      - Other release checkouts (globs) whose specs date a candidate volume's kernel cache when the volume records
+        nothing. Defaults to the siblings of the checkout under C(releases/).
+    type: list
+    elements: path
+  kernel_isolation:
+    description:
+      - Give a volume aliased from one made for another C(tt_metal_commit) its own kernel cache (weights hardlinked);
+        see M(ttfleet.inference.volume_alias).
+    type: bool
+    default: true
+  tt_inference_server_dir:
+    description:
+      - Root of the tt-inference-server checkout whose catalog is read (see M(ttfleet.inference.model_spec)).
+        Mutually exclusive with O(spec_file).
+    type: path
+  spec_file:
+    description: A spec export on the host instead of a checkout (see M(ttfleet.inference.model_spec)).
+    type: path
+  python:
+    description: Python interpreter that imports the checkout's code (see M(ttfleet.inference.model_spec)).
+    type: path
+  model_specs_env:
+    description: Catalog of the checkout, V(prod) or upstream's V(dev) (see M(ttfleet.inference.model_spec)).
+    type: str
+    choices: [prod, dev]
+    default: prod
+  sources:
+    description: The sources, in order, of the entries that list none (C(model_cache_sources)).
+    type: list
+    elements: str
+    choices: [preseeded, hf, path, s3]
+    default: [preseeded, hf]
+  path:
+    description: The directory of the V(path) source of the entries that give none (C(model_cache_path)).
+    type: str
+    default: ""
+  peers:
+    description: Whether pinned weights may be shared between the hosts of a site (RV(work[].shareable)).
+    type: bool
+    default: true
+  site:
+    description: The site of the host, which the fan-out of the weights groups hosts by.
+    type: str
+    default: default
+  weights:
+    description: Plan the volumes and the weights. V(false) reports only the specs and kernel keys.
+    type: bool
+    default: true
+seealso:
+  - module: ttfleet.inference.model_weights
+  - module: ttfleet.inference.volume_facts
+  - module: ttfleet.inference.model_spec
+"""
+
+EXAMPLES = r"""
+- name: Plan the models of this host
+  ttfleet.inference.model_cache_plan:
+    models: "{{ tt_models }}"
+    device: "{{ tt_device }}"
+    volume_root: /var/lib/tt-cache
+    tt_inference_server_dir: /opt/tt-inference-server/current
+  register: plan
+
+- name: Show where each model's weights come from
+  ansible.builtin.debug:
+    msg: "{{ plan.models | map(attribute='reason') | list }}"
+"""
+
+RETURN = r"""
+models:
+  description: One record per entry of O(models), in their order.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: The entry's name.
+      type: str
+    entry:
+      description: The entry as given.
+      type: dict
+    spec:
+      description: The resolved spec, as M(ttfleet.inference.model_spec) returns it.
+      type: dict
+    volume:
+      description:
+        - The volume the spec expects, as RV(ttfleet.inference.volume_facts#module:expected) reports it. Not with
+          O(weights=false).
+      type: dict
+    candidate:
+      description:
+        - The volume the expected one is made from, as one of RV(ttfleet.inference.volume_facts#module:candidates)
+          (with C(reuse) and C(reuse_reason)), when RV(models[].action) is V(alias); else null.
+      type: dict
+    source:
+      description: V(preseeded), V(hf), V(path) or V(s3). Not with O(weights=false).
+      type: str
+    reason:
+      description: Why this source, and why each source before it in the order did not apply.
+      type: str
+    action:
+      description:
+        - V(alias) (make the expected volume from RV(models[].candidate)), V(own) (weights in place get their
+          owners and modes) or V(fetch) (fetch from RV(models[].source), comparing what is in place).
+      type: str
+    revision:
+      description: The commit the source resolved, for a fetch from V(hf) or V(s3).
+      type: str
+    kernel:
+      description: The key of the model's kernel cache (see M(ttfleet.inference.kernel_cache)) and its volume.
+      type: dict
+      contains:
+        volume: {description: The volume path the spec names., type: str}
+        volume_name: {description: The volume's name., type: str}
+        model_name: {description: The spec's model name., type: str}
+        mesh: {description: The mesh of the device., type: str}
+        impl_id: {description: The implementation id., type: str}
+        tt_metal_commit: {description: The spec's tt-metal commit., type: str}
+        vllm_commit: {description: The spec's vLLM commit, or empty., type: str}
+    bytes_to_fetch:
+      description: Bytes the fetch moves (0 for a converged volume and for V(preseeded)).
+      type: int
+    bytes_needed:
+      description: Bytes of free space the fetch needs (staging included).
+      type: int
+    filesystem:
+      description: The filesystem the weights land on (C(device), C(path), C(free_bytes)), for a fetch.
+      type: dict
+    work:
+      description: The model's entry of RV(work).
+      type: dict
+work:
+  description:
+    - The work entry of each model, the input of the P(ttfleet.inference.weights_fanout#filter) filter (C(model),
+      C(origin), C(repo_id), C(revision), C(site), C(dest), C(volume), C(complete), C(shareable), C(bytes) and the
+      rest). Empty with O(weights=false).
+  returned: always
+  type: list
+  elements: dict
+root_exists:
+  description: Whether O(volume_root) exists (check mode cannot plan an alias in a volume root still to make).
+  returned: always
+  type: bool
+spec_source:
+  description: Where the catalog was read from (V(code), V(release_model_spec.json) or V(model_specs_output.json)).
+  returned: always
+  type: str
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.ttfleet.inference.plugins.module_utils._cache_plan import (
+    PlanError,
+    disk_shortfalls,
+    kernel_key,
+    other_releases,
+    plan_model,
+    plan_volume,
+    shortfall_text,
+)
+from ansible_collections.ttfleet.inference.plugins.module_utils._s3_options import (
+    WEIGHTS_SOURCE_OPTIONS,
+    mask_url_credentials,
+)
+from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
+    DEFAULT_MODEL_SPECS_ENV,
+    MODEL_SPECS_ENVS,
+    SpecError,
+    default_checkout,
+    load_catalog,
+    resolve,
+    validate_inputs,
+)
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import (
+    VolumeError,
+    check_path_text,
+    expand_roots,
+    scan_roots,
+)
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights import WeightsError, scrub, sync_weights
+
+ENTRY_KEYS = ("name", "device", "impl", "engine", "image")
+
+
+def _entry(entry, index):
+    if not isinstance(entry.get("name"), str) or not entry["name"]:
+        raise PlanError(f"models[{index}] has no name; give each tt_models entry the model's name, e.g. Qwen3-32B")
+    for key in ENTRY_KEYS[1:]:
+        if entry.get(key) is not None and not isinstance(entry[key], str):
+            raise PlanError(f"tt_models entry {entry['name']}: {key} must be a string, got {entry[key]!r}")
+    return entry
+
+
+def _weights_planner(params):
+    """``plan(request)``: the check-mode result of model_weights for one model, with the shared source options."""
+    shared = {key: params[key] for key in WEIGHTS_SOURCE_OPTIONS}
+
+    def plan(request):
+        options = {**shared, **{key: value for key, value in request.items() if value is not None}}
+        return sync_weights(options, check_mode=True)
+
+    return plan
+
+
+def plan(params, warn):
+    root = os.path.normpath(check_path_text(params["volume_root"], "volume_root"))
+    checkout = default_checkout(params["tt_inference_server_dir"], params["spec_file"])
+    catalog = load_catalog(
+        tt_inference_server_dir=checkout,
+        spec_file=params["spec_file"],
+        python=params["python"],
+        model_specs_env=params["model_specs_env"],
+    )
+    for warning in catalog.get("warnings", []):
+        warn(warning)
+    host = params["host"] or os.uname().nodename
+    options = {**params, "host": host}
+    volumes, releases, roots = None, None, []
+    if params["weights"]:
+        roots = expand_roots([root, *params["search_roots"]])
+        volumes, warnings = scan_roots(roots)
+        for warning in warnings:
+            warn(warning)
+        releases = other_releases(params["release_dirs"], checkout)
+    planner = _weights_planner(params)
+    records = []
+    for index, raw in enumerate(params["models"]):
+        entry = _entry(raw, index)
+        device = entry.get("device") or params["device"]
+        validate_inputs(
+            model=entry["name"],
+            device=device,
+            impl=entry.get("impl"),
+            engine=entry.get("engine"),
+            volume_root=root,
+            image=entry.get("image"),
+        )
+        spec = resolve(
+            catalog,
+            entry["name"],
+            device,
+            impl=entry.get("impl"),
+            engine=entry.get("engine"),
+            volume_root=root,
+            image=entry.get("image"),
+        )
+        if volumes is None:
+            records.append({"name": entry["name"], "entry": dict(entry), "spec": spec, "kernel": kernel_key(spec)})
+            continue
+        expected, candidates, warnings = plan_volume(
+            root, volumes, spec, releases, warn, isolate=params["kernel_isolation"]
+        )
+        for warning in warnings:
+            warn(warning)
+        records.append(plan_model(entry, spec, expected, candidates, options, planner))
+    work = [record["work"] for record in records if "work" in record]
+    short = disk_shortfalls(work, int(params["disk_margin_gb"] * (1 << 30)))
+    if short:
+        raise PlanError(shortfall_text(host, short, params["disk_margin_gb"]))
+    return {
+        "changed": False,
+        "models": records,
+        "work": work,
+        "root_exists": root in roots,
+        "spec_source": catalog["source"],
+    }
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            models=dict(type="list", elements="dict", required=True),
+            device=dict(type="str", required=True),
+            volume_root=dict(type="path", required=True),
+            search_roots=dict(type="list", elements="path", default=[]),
+            release_dirs=dict(type="list", elements="path"),
+            kernel_isolation=dict(type="bool", default=True),
+            tt_inference_server_dir=dict(type="path"),
+            spec_file=dict(type="path"),
+            python=dict(type="path"),
+            model_specs_env=dict(type="str", choices=list(MODEL_SPECS_ENVS), default=DEFAULT_MODEL_SPECS_ENV),
+            sources=dict(
+                type="list", elements="str", choices=["preseeded", "hf", "path", "s3"], default=["preseeded", "hf"]
+            ),
+            path=dict(type="str", default=""),
+            peers=dict(type="bool", default=True),
+            site=dict(type="str", default="default"),
+            weights=dict(type="bool", default=True),
+            **WEIGHTS_SOURCE_OPTIONS,
+        ),
+        mutually_exclusive=[("tt_inference_server_dir", "spec_file")],
+        supports_check_mode=True,
+    )
+    params = module.params
+    secret_values = (params["hf_token"], params["s3_secret_key"], params["s3_session_token"], params["s3_access_key"])
+    credentials_error = mask_url_credentials(module, ("hf_endpoint", "s3_endpoint"))
+    try:
+        if credentials_error:
+            raise WeightsError(credentials_error)
+        if params["disk_margin_gb"] < 0:
+            raise PlanError(f"disk_margin_gb must not be negative, got {params['disk_margin_gb']}")
+        result = plan(params, module.warn)
+    except (PlanError, SpecError, VolumeError, WeightsError) as exc:
+        module.fail_json(msg=scrub(exc, *secret_values))
+    except OSError as exc:
+        module.fail_json(msg=scrub(f"cannot plan the model cache: {exc}", *secret_values))
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

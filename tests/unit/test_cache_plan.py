@@ -1,0 +1,252 @@
+# Copyright (c) ttfleet.inference contributors
+# SPDX-License-Identifier: Apache-2.0
+"""The plan of the model_cache role: module_utils/_cache_plan.py and the model_cache_plan module, on real spec exports,
+real volume trees and a real path source (listed and compared by model_weights' own check mode)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from conftest import FIXTURES, patch_module_args
+
+from ansible_collections.ttfleet.inference.plugins.module_utils import _cache_plan as cp
+from ansible_collections.ttfleet.inference.plugins.module_utils import _spec
+from ansible_collections.ttfleet.inference.plugins.modules import model_cache_plan as module
+
+SPEC = os.path.join(FIXTURES, "specs", "release_model_spec-v0.20.0.json.gz")
+LLAMA = "Llama-3.1-8B-Instruct"
+SHA = "0e9e39f249a16976918f6564b8830bc894c89659"
+FILES = {
+    "config.json": b"{}",
+    "tokenizer.json": b"{}",
+    "model-00001-of-00002.safetensors": b"a" * 4096,
+    "model-00002-of-00002.safetensors": b"b" * 1024,
+}
+
+
+def _weights(directory, manifest_revision=None):
+    directory.mkdir(parents=True)
+    for rel, body in FILES.items():
+        (directory / rel).write_bytes(body)
+    if manifest_revision:
+        (directory / ".ttfleet-manifest.json").write_text(json.dumps({"schema": 1, "revision": manifest_revision}))
+    return directory
+
+
+def _copied(directory):
+    """Files that are not root's with mode 0644 are copied, not hardlinked: every byte is planned."""
+    for rel in FILES:
+        os.chmod(directory / rel, 0o600)
+    return directory
+
+
+def _args(tmp_path, models, **extra):
+    return {
+        "models": models,
+        "device": "p300x2",
+        "volume_root": str(tmp_path / "volumes"),
+        "spec_file": SPEC,
+        "host": "qb2-1",
+        "disk_margin_gb": 0,
+        "_ansible_check_mode": True,
+        **extra,
+    }
+
+
+def run(capsys, args):
+    with patch_module_args(args), pytest.raises(SystemExit) as exc:
+        module.main()
+    return exc.value.code, json.loads(capsys.readouterr().out)
+
+
+# --- sources -----------------------------------------------------------------------------------
+
+
+def test_a_candidate_recording_another_revision_is_no_candidate():
+    candidates = [{"path": "/a", "manifest": {"data": {"revision": "1" * 40}}}, {"path": "/b", "manifest": None}]
+    assert [c["path"] for c in cp.fresh_candidates(candidates, "2" * 40)] == ["/b"]
+    assert [c["path"] for c in cp.fresh_candidates(candidates, "1" * 40)] == ["/a", "/b"]
+    # Without a pinned revision every candidate stays.
+    assert len(cp.fresh_candidates(candidates, "")) == 2
+
+
+def test_the_first_source_that_applies_wins_and_says_why_the_others_did_not():
+    expected = {"path": "/v/x", "type": "absent", "exists": False}
+    reasons = cp.source_reasons(expected, [], SHA, "/srv/models/x", False, "")
+    source, reason = cp.choose_source("h", "M", {}, expected, ["preseeded", "s3", "path", "hf"], reasons, [])
+    assert source == "path"
+    assert reason.startswith("path: the copy at /srv/models/x (before it, preseeded did not apply: no volume")
+    assert "s3 did not apply: no model_cache_s3_bucket" in reason
+
+
+def test_preseeded_applies_to_weights_in_place_that_no_fetch_recorded():
+    placed = {
+        "path": "/v/x",
+        "type": "dir",
+        "exists": True,
+        "weights": {"usable": True},
+        "manifest": {"present": False},
+    }
+    assert cp.source_reasons(placed, [], "", "", False, "")["preseeded"][0]
+    fetched = dict(placed, manifest={"present": True})
+    assert not cp.source_reasons(fetched, [], "", "", False, "")["preseeded"][0]
+    # A floating revision makes hf and s3 apply; s3 still needs a bucket.
+    floating = cp.source_reasons(fetched, [], "", "", True, "models")
+    assert floating["hf"][0] and floating["s3"][0] and not floating["path"][0]
+
+
+def test_no_source_names_the_host_the_model_and_the_fix():
+    expected = {"path": "/v/x", "type": "absent", "exists": False}
+    reasons = cp.source_reasons(expected, [], "", "", False, "")
+    spec = {"hf_weights_repo": "meta-llama/M", "model_name": "M"}
+    with pytest.raises(cp.PlanError) as info:
+        cp.choose_source("qb2-1", "M", spec, expected, ["hf"], reasons, ["/data/*"])
+    message = str(info.value)
+    assert message.startswith('qb2-1: no source in ["hf"] can fill /v/x for M (meta-llama/M)')
+    assert 'under ["/data/*"]' in message and "set revision to a commit SHA of meta-llama/M" in message
+
+
+def test_disk_shortfalls_sum_the_models_of_each_filesystem():
+    work = [
+        {"model": "A", "fs_device": 1, "fs_path": "/mnt/small", "fs_free": 5000, "bytes_needed": 3000},
+        {"model": "B", "fs_device": 1, "fs_path": "/mnt/small", "fs_free": 5000, "bytes_needed": 3000},
+        {"model": "C", "fs_device": 2, "fs_path": "/big", "fs_free": 10**9, "bytes_needed": 3000},
+        {"model": "D", "fs_device": None, "bytes_needed": 0},
+    ]
+    short = cp.disk_shortfalls(work, 0)
+    assert short == [{"path": "/mnt/small", "models": ["A", "B"], "needed": 6000, "free": 5000}]
+    # The margin counts once per filesystem: A alone with a margin that fills the rest.
+    assert cp.disk_shortfalls(work[:1] + work[2:], 2001)[0]["models"] == ["A"]
+    assert cp.disk_shortfalls(work[:1], 2000) == []
+    text = cp.shortfall_text("h", short, 0)
+    assert text.startswith("h: not enough free space in /mnt/small for the weights of A, B: needed 6000 bytes")
+    assert text.endswith("put tt_volume_root on a bigger filesystem.")
+
+
+def test_other_releases_are_the_siblings_of_the_current_one(tmp_path):
+    releases = tmp_path / "releases"
+    for tag in ("v0.16.0", "v0.18.0", "v0.20.0"):
+        (releases / tag).mkdir(parents=True)
+    (tmp_path / "current").symlink_to("releases/v0.20.0")
+    found = cp.other_releases(None, str(tmp_path / "current"))
+    assert found == [str(releases / "v0.16.0"), str(releases / "v0.18.0")]
+    # A checkout outside the role's layout (or a spec file) has no siblings to consult unless they are named.
+    assert cp.other_releases(None, str(tmp_path / "releases")) == []
+    assert cp.other_releases(None, None) == []
+    named = cp.other_releases([str(releases / "*")], str(releases / "v0.18.0"))
+    assert named == [str(releases / "v0.16.0"), str(releases / "v0.20.0")]
+
+
+# --- the module --------------------------------------------------------------------------------
+
+
+def test_a_path_source_is_listed_and_its_bytes_planned(tmp_path, capsys):
+    source = _copied(_weights(tmp_path / "nfs" / LLAMA))
+    code, result = run(capsys, _args(tmp_path, [{"name": LLAMA, "path": str(source)}], sources=["preseeded", "path"]))
+    assert code == 0, result
+    [model] = result["models"]
+    assert model["source"] == "path" and model["action"] == "fetch"
+    assert model["reason"].startswith(f"path: the copy at {source} (before it, preseeded did not apply")
+    assert model["bytes_to_fetch"] == sum(len(body) for body in FILES.values())
+    assert model["volume"]["type"] == "absent" and model["candidate"] is None
+    assert model["volume"]["path"] == model["spec"]["paths"]["volume"]
+    assert model["kernel"] == {
+        "volume": model["spec"]["paths"]["volume"],
+        "volume_name": model["spec"]["volume_name"],
+        "model_name": LLAMA,
+        "mesh": "P300x2",
+        "impl_id": "tt_transformers",
+        "tt_metal_commit": model["spec"]["tt_metal_commit"],
+        "vllm_commit": model["spec"]["vllm_commit"] or "",
+    }
+    assert result["work"] == [model["work"]]
+    assert model["work"]["origin"] == "path" and not model["work"]["shareable"]
+    assert result["root_exists"] is False
+    # Check mode wrote nothing, not even the volume root.
+    assert not (tmp_path / "volumes").exists()
+
+
+def test_a_preseeded_volume_is_the_alias_of_the_expected_one(tmp_path, capsys):
+    old = tmp_path / "volumes" / f"volume_id_tt_transformers-{LLAMA}-v0.17.0"
+    _weights(old / "weights" / LLAMA)
+    code, result = run(capsys, _args(tmp_path, [{"name": LLAMA, "revision": SHA}]))
+    assert code == 0, result
+    [model] = result["models"]
+    assert (model["source"], model["action"]) == ("preseeded", "alias")
+    assert model["candidate"]["path"] == str(old)
+    assert model["candidate"]["reuse"] in ("symlink", "hardlink") and model["candidate"]["reuse_reason"]
+    assert model["bytes_to_fetch"] == 0 and model["filesystem"] is None
+    assert model["work"]["alias_from"] == str(old) and model["work"]["link"] == model["candidate"]["reuse"]
+    assert result["root_exists"] is True
+
+
+def test_a_new_revision_is_fetched_rather_than_aliased(tmp_path, capsys):
+    old = tmp_path / "volumes" / f"volume_id_tt_transformers-{LLAMA}-v0.17.0"
+    _weights(old / "weights" / LLAMA, manifest_revision="1" * 40)
+    source = _weights(tmp_path / "nfs" / LLAMA)
+    code, result = run(
+        capsys,
+        _args(tmp_path, [{"name": LLAMA, "revision": SHA, "path": str(source), "sources": ["preseeded", "path"]}]),
+    )
+    assert code == 0, result
+    assert result["models"][0]["source"] == "path"
+
+
+def test_each_model_is_resolved_once_from_one_catalog(tmp_path, capsys, monkeypatch):
+    calls = {"load": 0, "resolve": []}
+    real_load, real_resolve = _spec.load_catalog, _spec.resolve
+
+    def load(**kwargs):
+        calls["load"] += 1
+        return real_load(**kwargs)
+
+    def resolve(catalog, model, device, **kwargs):
+        calls["resolve"].append((model, device))
+        return real_resolve(catalog, model, device, **kwargs)
+
+    monkeypatch.setattr(module, "load_catalog", load)
+    monkeypatch.setattr(module, "resolve", resolve)
+    source = _weights(tmp_path / "nfs" / LLAMA)
+    models = [{"name": LLAMA, "path": str(source)}, {"name": "Qwen3-32B", "device": "p300x2", "path": str(source)}]
+    code, result = run(capsys, _args(tmp_path, models, sources=["path"]))
+    assert code == 0, result
+    assert calls == {"load": 1, "resolve": [(LLAMA, "p300x2"), ("Qwen3-32B", "p300x2")]}
+    assert [m["name"] for m in result["models"]] == [LLAMA, "Qwen3-32B"]
+
+
+def test_weights_false_reports_specs_and_kernel_keys_only(tmp_path, capsys):
+    code, result = run(capsys, _args(tmp_path, [{"name": LLAMA, "port": 8001}], weights=False))
+    assert code == 0, result
+    [model] = result["models"]
+    assert set(model) == {"name", "entry", "spec", "kernel"}
+    assert model["entry"]["port"] == 8001 and model["kernel"]["mesh"] == "P300x2"
+    assert result["work"] == []
+
+
+def test_the_module_fails_for_a_model_no_source_can_fill(tmp_path, capsys):
+    code, result = run(capsys, _args(tmp_path, [{"name": LLAMA}], sources=["hf"]))
+    assert code == 1
+    assert result["msg"].startswith(f'qb2-1: no source in ["hf"] can fill {tmp_path}/volumes/volume_id_')
+
+
+def test_the_module_fails_before_any_byte_when_the_disk_is_short(tmp_path, capsys):
+    source = _copied(_weights(tmp_path / "nfs" / LLAMA))
+    args = _args(tmp_path, [{"name": LLAMA, "path": str(source)}], sources=["path"], disk_margin_gb=1 << 30)
+    code, result = run(capsys, args)
+    assert code == 1
+    assert result["msg"].startswith("qb2-1: not enough free space")
+
+
+def test_bad_entries_name_the_entry(tmp_path, capsys):
+    code, result = run(capsys, _args(tmp_path, [{"device": "n150"}]))
+    assert code == 1 and "models[0] has no name" in result["msg"]
+    code, result = run(capsys, _args(tmp_path, [{"name": LLAMA, "device": 150}]))
+    assert code == 1 and result["msg"] == f"tt_models entry {LLAMA}: device must be a string, got 150"
+
+
+def test_secrets_never_reach_the_result(tmp_path, capsys):
+    code, result = run(capsys, _args(tmp_path, [{"name": LLAMA}], sources=["hf"], hf_token="hf_secret_value"))
+    assert code == 1
+    assert "hf_secret_value" not in json.dumps(result)
