@@ -99,7 +99,7 @@ options:
     type: str
     default: ""
   peers:
-    description: Whether pinned weights may be shared between the hosts of a site (RV(work[].shareable)).
+    description: Whether pinned weights may be shared between the hosts of a site (C(shareable) in RV(work)).
     type: bool
     default: true
   site:
@@ -114,6 +114,8 @@ seealso:
   - module: ttfleet.inference.model_weights
   - module: ttfleet.inference.volume_facts
   - module: ttfleet.inference.model_spec
+author:
+  - ttfleet.inference maintainers (@ttfleet)
 """
 
 EXAMPLES = r"""
@@ -180,7 +182,7 @@ models:
         mesh: {description: The mesh of the device., type: str}
         impl_id: {description: The implementation id., type: str}
         tt_metal_commit: {description: The spec's tt-metal commit., type: str}
-        vllm_commit: {description: The spec's vLLM commit, or empty., type: str}
+        vllm_commit: {description: "The spec's vLLM commit, or empty.", type: str}
     bytes_to_fetch:
       description: Bytes the fetch moves (0 for a converged volume and for V(preseeded)).
       type: int
