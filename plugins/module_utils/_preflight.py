@@ -19,7 +19,7 @@ import re
 from collections import namedtuple
 from typing import TYPE_CHECKING, Any, cast
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._spec import resolve
+from ansible_collections.ttfleet.inference.plugins.module_utils._spec import resolve_entry
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import (
     check_path_text,
     expand_roots,
@@ -270,15 +270,7 @@ def model_summaries(
     volumes, warnings = scan_roots(expand_roots([root, *(preseeded_roots or [])]))
     summaries: list[JSON] = []
     for entry in models:
-        derived = resolve(
-            catalog,
-            entry["name"],
-            device,
-            impl=entry.get("impl"),
-            engine=entry.get("engine"),
-            volume_root=root,
-            image=entry.get("image"),
-        )
+        derived = resolve_entry(catalog, entry, device, volume_root=root)
         expected = expected_volume(root, derived, volumes)
         weights_path = None
         if (expected.get("weights") or {}).get("usable"):

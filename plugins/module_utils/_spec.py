@@ -1228,6 +1228,21 @@ def override_image(spec: Mapping[str, Any], image: str | None) -> Mapping[str, A
     return spec
 
 
+def resolve_entry(
+    specs: Mapping[str, Any], entry: Mapping[str, Any], device: str, volume_root: str | None = None
+) -> JSON:
+    """``resolve`` for a ``tt_models`` entry (its ``name``, ``impl``, ``engine`` and ``image``) on ``device``."""
+    return resolve(
+        specs,
+        entry["name"],
+        device,
+        impl=entry.get("impl"),
+        engine=entry.get("engine"),
+        volume_root=volume_root,
+        image=entry.get("image"),
+    )
+
+
 def validate_inputs(
     model: str | None = None,
     device: str | None = None,

@@ -236,7 +236,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
     SpecError,
     default_checkout,
     load_catalog,
-    resolve,
+    resolve_entry,
     validate_inputs,
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import (
@@ -303,15 +303,7 @@ def plan(params, warn):
             volume_root=root,
             image=entry.get("image"),
         )
-        spec = resolve(
-            catalog,
-            entry["name"],
-            device,
-            impl=entry.get("impl"),
-            engine=entry.get("engine"),
-            volume_root=root,
-            image=entry.get("image"),
-        )
+        spec = resolve_entry(catalog, entry, device, volume_root=root)
         if volumes is None:
             records.append({"name": entry["name"], "entry": dict(entry), "spec": spec, "kernel": kernel_key(spec)})
             continue

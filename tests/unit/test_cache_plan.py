@@ -196,18 +196,18 @@ def test_a_new_revision_is_fetched_rather_than_aliased(tmp_path, capsys):
 
 def test_each_model_is_resolved_once_from_one_catalog(tmp_path, capsys, monkeypatch):
     calls = {"load": 0, "resolve": []}
-    real_load, real_resolve = _spec.load_catalog, _spec.resolve
+    real_load, real_resolve = _spec.load_catalog, _spec.resolve_entry
 
     def load(**kwargs):
         calls["load"] += 1
         return real_load(**kwargs)
 
-    def resolve(catalog, model, device, **kwargs):
-        calls["resolve"].append((model, device))
-        return real_resolve(catalog, model, device, **kwargs)
+    def resolve(catalog, entry, device, **kwargs):
+        calls["resolve"].append((entry["name"], device))
+        return real_resolve(catalog, entry, device, **kwargs)
 
     monkeypatch.setattr(module, "load_catalog", load)
-    monkeypatch.setattr(module, "resolve", resolve)
+    monkeypatch.setattr(module, "resolve_entry", resolve)
     source = _weights(tmp_path / "nfs" / LLAMA)
     models = [{"name": LLAMA, "path": str(source)}, {"name": "Qwen3-32B", "device": "p300x2", "path": str(source)}]
     code, result = run(capsys, _args(tmp_path, models, sources=["path"]))
