@@ -20,7 +20,7 @@ import stat
 import time
 from typing import TYPE_CHECKING
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._kernels import MARKER_PREFIX
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import MARKER_PREFIX
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
     SafeFileError,
     open_subdir,

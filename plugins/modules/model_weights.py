@@ -436,13 +436,13 @@ skipped:
 from ansible.module_utils.basic import AnsibleModule, env_fallback
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3_options import S3_OPTIONS, mask_url_credentials
-from ansible_collections.ttfleet.inference.plugins.module_utils._weights import (
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import (
     DEFAULT_ENDPOINT,
     DEFAULT_IGNORE_PATTERNS,
     WeightsError,
     scrub,
-    sync_weights,
 )
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.sync import sync_weights
 
 URL_OPTIONS = ("hf_endpoint", "s3_endpoint", "peer_url")
 
