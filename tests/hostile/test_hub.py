@@ -34,7 +34,6 @@ from conftest import (
     weights_options,
 )
 
-from ansible_collections.ttfleet.inference.plugins.action import model_weights as action
 from ansible_collections.ttfleet.inference.plugins.module_utils import _net as net
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights import fetch as fetch_module
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights import hub as hub_module
@@ -47,6 +46,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names i
     check_relpath,
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.sync import sync_weights
+from ansible_collections.ttfleet.inference.plugins.plugin_utils import progress_action
 
 REPO = "org/model"
 SHA = "a" * 40
@@ -587,7 +587,7 @@ def test_file_names_with_terminal_controls_are_refused_and_shown_escaped(hostile
 @pytest.mark.parametrize("name", HOSTILE_NAMES)
 def test_progress_lines_show_names_and_states_escaped(name):
     status = {"done_bytes": 10, "total_bytes": 100, "rate": 5, "eta": 18, "file": name, "state": "x\x1b[31m"}
-    line = action.progress_line("qb2-1", status, 3)
+    line = progress_action.progress_line("qb2-1", status, 3)
     assert not any(ch in line for ch in "\x1b\x07\n\r\u202e"), repr(line)
     assert line.startswith("qb2-1: model_weights 10 B of 100 B (10.0%)")
     assert f"[{net.printable(name)}]" in line and ", x\\x1b[31m" in line
@@ -595,9 +595,9 @@ def test_progress_lines_show_names_and_states_escaped(name):
 
 def test_a_status_file_with_odd_values_still_gives_a_line():
     status = {"done_bytes": "many", "total_bytes": -5, "rate": [1], "eta": "soon", "file": 7}
-    assert action.progress_line("h", status, 1) == "h: model_weights 0 B of 0 B at 0 B/s, ETA 0s [7]"
-    status = action.parse_status('{"done_bytes": NaN, "total_bytes": Infinity, "rate": -Infinity, "eta": NaN}')
-    assert action.progress_line("h", status, 1).startswith("h: model_weights 0 B of ")
+    assert progress_action.progress_line("h", status, 1) == "h: model_weights 0 B of 0 B at 0 B/s, ETA 0s [7]"
+    status = progress_action.parse_status('{"done_bytes": NaN, "total_bytes": Infinity, "rate": -Infinity, "eta": NaN}')
+    assert progress_action.progress_line("h", status, 1).startswith("h: model_weights 0 B of ")
 
 
 def test_error_messages_from_the_hub_are_shown_escaped(hostile, tmp_path):

@@ -7,7 +7,8 @@ from unittest import mock
 import pytest
 from ansible.errors import AnsibleActionFail
 
-from ansible_collections.ttfleet.inference.plugins.action import model_weights as act
+from ansible_collections.ttfleet.inference.plugins.action import model_weights
+from ansible_collections.ttfleet.inference.plugins.plugin_utils import progress_action as act
 
 
 @pytest.mark.parametrize(
@@ -61,7 +62,7 @@ class Clock:
 
 
 def _plugin(no_log=False):
-    plugin = act.ActionModule.__new__(act.ActionModule)
+    plugin = model_weights.ActionModule.__new__(model_weights.ActionModule)
     plugin._task = mock.Mock(no_log=no_log, async_val=0)
     return plugin
 

@@ -29,7 +29,6 @@ import yaml
 from conftest import patch_module_args
 from test_kernels import KEY, warm_cache
 
-from ansible_collections.ttfleet.inference.plugins.action import model_weights as progress_action
 from ansible_collections.ttfleet.inference.plugins.module_utils import _s3 as s3
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client, S3Error
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3_options import S3_OPTIONS
@@ -40,6 +39,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._weights.sources
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.sync import sync_weights
 from ansible_collections.ttfleet.inference.plugins.modules import kernel_cache as kernel_cache_module
 from ansible_collections.ttfleet.inference.plugins.modules import model_weights as model_weights_module
+from ansible_collections.ttfleet.inference.plugins.plugin_utils import progress_action
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROLE = os.path.join(ROOT, "roles", "model_cache")
