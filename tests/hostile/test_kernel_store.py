@@ -1,4 +1,4 @@
-"""Kernel-cache deploys (plugins/module_utils/_kernels.py, the kernel_cache module) from hostile kernel stores on
+"""Kernel-cache deploys (plugins/module_utils/_kernels/, the kernel_cache module) from hostile kernel stores on
 127.0.0.1: a peer's http store and an S3 store that send more than the manifest's archive_bytes, drip, stall, redirect,
 or do not speak HTTP; and the warm-up health check of a harvest."""
 

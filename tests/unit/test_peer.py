@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-from test_kernels import KEY, opts, tree, warm_cache
+from unit_helpers import KEY, opts, tree, warm_cache
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _peer as peer
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import (

@@ -27,7 +27,7 @@ import uuid
 import pytest
 import yaml
 from conftest import patch_module_args
-from test_kernels import KEY, warm_cache
+from unit_helpers import KEY, warm_cache
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _s3 as s3
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client, S3Error

@@ -13,6 +13,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+from conftest import ROOT
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _peer as peer
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client
@@ -31,13 +32,24 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names i
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.sources import s3_prefix_of
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.sync import sync_weights
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REPO = "ttfleet-lab/Tiny-S3"
+
+
 REV = "0123456789abcdef0123456789abcdef01234567"
+
+
 ACCESS = "TTFLEET" + "WEIGHTS01"
+
+
 SECRET = "weights/secret+" + "0123456789abcdef"
+
+
 BUCKET = "models"
+
+
 PREFIX = "fleet/v1"
+
+
 SHARD = "model-00001-of-00001.safetensors"
 
 

@@ -1,6 +1,6 @@
 # Copyright (c) ttfleet.inference contributors
 # SPDX-License-Identifier: Apache-2.0
-"""model_weights: pure functions of _weights.py, then the real Hub protocol against a real olah server.
+"""model_weights: the whole step (_weights.sync) and the module, against the real Hub protocol of a real olah server.
 
 The olah tests serve tests/lab/hf_model.py's small real model (safetensors shards as LFS objects, small
 files as plain git blobs) from a local mirrors path, fully offline, on a free port of 127.0.0.1.
@@ -8,7 +8,6 @@ files as plain git blobs) from a local mirrors path, fully offline, on a free po
 
 from __future__ import annotations
 
-import hashlib
 import http.server
 import importlib.util
 import json
@@ -24,45 +23,31 @@ import time
 import types
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
-from conftest import patch_module_args
+from conftest import ROOT, patch_module_args
+from unit_helpers import make_tree
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._progress import Progress
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import read_json_path
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights import fetch as fetch_module
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights import hashing as hashing_module
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights import plan as plan_module
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights import sync as sync_module
-from ansible_collections.ttfleet.inference.plugins.module_utils._weights.hashing import git_blob_sha1, hash_file
-from ansible_collections.ttfleet.inference.plugins.module_utils._weights.hub import Hub, hf_files
-from ansible_collections.ttfleet.inference.plugins.module_utils._weights.manifest import (
-    build_manifest,
-    identity_of,
-    manifest_matches,
-    write_manifest,
-)
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.hashing import hash_file
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.hub import Hub
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import (
     DEFAULT_IGNORE_PATTERNS,
     PART_SUFFIX,
     STAGING_NAME,
-    TEMP_PREFIX,
     WeightsError,
-    check_relpath,
-    check_revision,
-    filter_paths,
-    scrub,
 )
-from ansible_collections.ttfleet.inference.plugins.module_utils._weights.plan import check_disk, plan_weights
-from ansible_collections.ttfleet.inference.plugins.module_utils._weights.sources import list_path_source
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.sync import sync_weights
 from ansible_collections.ttfleet.inference.plugins.modules import model_weights as model_weights_module
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Shaped like an HF token, assembled at run time so no token-like string is committed.
 TOKEN = "hf_" + "ttfleetTEST" + "token0123456789abcdef"
+
+
 REPO = "ttfleet-lab/Tiny-Llama-2L"
 
 
@@ -74,78 +59,6 @@ def _load_lab_module():
 
 
 hf_model = _load_lab_module()
-
-
-# ---------------------------------------------------------------------------
-# Pure functions
-
-
-@pytest.mark.parametrize(
-    ("allow", "ignore", "expected"),
-    [
-        (None, DEFAULT_IGNORE_PATTERNS, ["config.json", "model-1.safetensors", "sub/tokenizer.json"]),
-        (["*.json"], DEFAULT_IGNORE_PATTERNS, ["config.json", "sub/tokenizer.json"]),
-        (["sub/"], [], ["sub/tokenizer.json"]),
-        (None, [], ["config.json", "model-1.safetensors", "original/consolidated.00.pth", "sub/tokenizer.json"]),
-        (None, ["*.safetensors", "original/"], ["config.json", "sub/tokenizer.json"]),
-    ],
-)
-def test_filter_paths(allow, ignore, expected):
-    paths = ["config.json", "model-1.safetensors", "original/consolidated.00.pth", "sub/tokenizer.json"]
-    assert filter_paths(paths, allow, ignore) == expected
-
-
-def test_git_blob_sha1_matches_git(tmp_path):
-    assert git_blob_sha1(b"") == "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
-    content = b'{"model_type": "llama"}\n'
-    (tmp_path / "f").write_bytes(content)
-    out = subprocess.run(["git", "hash-object", str(tmp_path / "f")], capture_output=True, text=True, check=True)
-    assert git_blob_sha1(content) == out.stdout.strip()
-    digests = hash_file(str(tmp_path / "f"), blob=True)
-    assert digests == {"sha256": hashlib.sha256(content).hexdigest(), "blob_sha1": out.stdout.strip(), "size": 24}
-
-
-def test_floating_revision_refused_with_fix():
-    assert check_revision("Qwen/Qwen3-32B", "a" * 40, False) is True
-    with pytest.raises(WeightsError) as exc:
-        check_revision("Qwen/Qwen3-32B", "main", False)
-    msg = str(exc.value)
-    assert "revision 'main' of Qwen/Qwen3-32B is a branch or tag, not a commit" in msg
-    assert "https://huggingface.co/Qwen/Qwen3-32B/commits/main" in msg
-    assert "allow_floating_revision: true" in msg
-    with pytest.raises(WeightsError, match="abbreviated"):
-        check_revision("Qwen/Qwen3-32B", "9216db5", False)
-    with pytest.raises(WeightsError, match="no revision given"):
-        check_revision("Qwen/Qwen3-32B", None, False)
-    assert check_revision("Qwen/Qwen3-32B", "main", True) is False
-
-
-@pytest.mark.parametrize(
-    "bad",
-    [
-        "../x",
-        "/etc/passwd",
-        "a//b",
-        "a/./b",
-        ".ttfleet-manifest.json",
-        "x.ttfleet-part",
-        "a\nb",
-        "\x1b]0;t\x07x",
-        "x\u202ey",
-        "x" * 256,
-        "/".join(["d" * 255] * 17),
-    ],
-)
-def test_relpath_refused(bad):
-    with pytest.raises(WeightsError, match="unusable file path"):
-        check_relpath(bad, "the Hub")
-
-
-def test_scrub_token_and_url_credentials():
-    text = f"GET https://user:pw@mirror.lab/x failed with Bearer {TOKEN}"
-    assert scrub(text, TOKEN) == "GET https://********@mirror.lab/x failed with Bearer ********"
-    # A password holding "@" is user info up to the last "@" before the host.
-    assert scrub("http://u:p@ss@s3.lab:9000/b") == "http://********@s3.lab:9000/b"
 
 
 def test_module_refuses_and_masks_credentials_in_the_s3_endpoint(tmp_path, capsys):
@@ -181,101 +94,6 @@ def test_url_password_is_masked_whatever_order_the_no_log_values_are_replaced_in
     for first in ("AKID", "AKID:s3cr3t"):
         masked = remove_values(module.params["s3_endpoint"], [first, *sorted(module.no_log_values - {first})])
         assert "s3cr3t" not in masked, masked
-
-
-def test_hf_files_reads_lfs_and_git_blobs():
-    entries = [
-        {"type": "directory", "path": "original", "oid": "1" * 40, "size": 0},
-        {"type": "file", "path": "config.json", "oid": "2" * 40, "size": 10},
-        {"type": "file", "path": "m.safetensors", "oid": "3" * 40, "size": 132, "lfs": {"oid": "4" * 64, "size": 99}},
-        {"type": "file", "path": "original/c.pth", "oid": "5" * 40, "size": 1},
-    ]
-    files = hf_files(entries)
-    assert [(f["path"], f["size"], f["lfs"], f["sha256"], f["blob_sha1"]) for f in files] == [
-        ("config.json", 10, False, None, "2" * 40),
-        ("m.safetensors", 99, True, "4" * 64, None),
-    ]
-    with pytest.raises(WeightsError, match="unusable file path"):
-        hf_files([{"type": "file", "path": "../../etc/x", "oid": "2" * 40, "size": 1}])
-
-
-def test_manifest_round_trip(tmp_path):
-    identity = identity_of("hf", REPO, "c" * 40)
-    files = [{"path": "config.json", "size": 3, "sha256": "d" * 64}]
-    manifest = build_manifest(identity, files, "https://u:p@mirror.lab", "2026-11-30T00:00:00Z")
-    path = write_manifest(str(tmp_path), manifest)
-    assert path == str(tmp_path / ".ttfleet-manifest.json")
-    assert oct(os.stat(path).st_mode & 0o777) == "0o644"
-    data = read_json_path(path)
-    assert data == manifest
-    assert data["endpoint"] == "https://********@mirror.lab"
-    assert data["files"] == {"config.json": {"size": 3, "sha256": "d" * 64}}
-    assert manifest_matches(data, identity)
-    assert not manifest_matches(data, identity_of("hf", REPO, "e" * 40))
-    assert not manifest_matches(data, identity_of("path", REPO, path="/x"))
-    assert [name for name in os.listdir(tmp_path) if name.startswith(TEMP_PREFIX)] == []
-
-
-def test_disk_preflight_message(tmp_path, monkeypatch):
-    monkeypatch.setattr(plan_module, "free_bytes", lambda path: 5 << 30)
-    dest = str(tmp_path / "vol" / "weights" / "M")
-    assert check_disk(dest, 0, 10 << 30, "qb2-1", "M") is None
-    with pytest.raises(WeightsError) as exc:
-        check_disk(dest, 3 << 30, 10 << 30, "qb2-1", "the weights of org/M")
-    msg = str(exc.value)
-    assert msg.startswith("qb2-1: not enough free space for the weights of org/M in " + dest)
-    assert f"the filesystem of {tmp_path} needs 13.0 GiB (3.0 GiB still to fetch + 10.0 GiB margin" in msg
-    assert "has 5.0 GiB free" in msg
-
-
-def test_progress_status_file(tmp_path):
-    now = [100.0]
-    seen = []
-    status = str(tmp_path / "status.json")
-    progress = Progress(1000, status, lambda *args: seen.append(args), interval=2.0, clock=lambda: now[0])
-    progress.advance(100, "a")
-    first = json.loads(Path(status).read_text())
-    now[0] = 101.0
-    progress.advance(100, "a")
-    assert json.loads(Path(status).read_text()) == first  # throttled
-    now[0] = 102.0
-    progress.advance(300, "b")
-    data = json.loads(Path(status).read_text())
-    assert (data["done_bytes"], data["total_bytes"], data["file"], data["rate"], data["eta"]) == (
-        500,
-        1000,
-        "b",
-        250.0,
-        2.0,
-    )
-    assert seen[-1] == (500, 1000, "b")
-
-
-def _make_tree(root, files):
-    for rel, content in files.items():
-        path = os.path.join(root, rel)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as handle:
-            handle.write(content)
-
-
-def test_plan_classifies_dest(tmp_path):
-    src, dest = str(tmp_path / "src"), str(tmp_path / "vol" / "weights" / "M")
-    _make_tree(src, {"a.json": b"aaaa", "b.bin": b"bbbb", "c.bin": b"cccc", "d/e.txt": b"eeee", "f": b"ffff"})
-    _make_tree(dest, {"a.json": b"aaaa", "b.bin": b"bb", "c.bin": b"cxcc", "notes.txt": b"mine"})
-    os.symlink(os.path.join(src, "f"), os.path.join(dest, "f"))
-    files = list_path_source(src)
-    identity = identity_of("path", path=src)
-    plan = plan_weights(files, dest, identity, "auto", 2)
-    assert plan["verified"] == "sha256"
-    assert plan["missing"] == ["d/e.txt"]
-    assert plan["wrong_size"] == ["b.bin"]
-    assert plan["corrupt"] == ["c.bin"]
-    assert plan["not_regular"] == ["f"]
-    assert plan["to_fetch"] == ["b.bin", "c.bin", "d/e.txt", "f"]
-    assert plan["extra"] == ["notes.txt"]
-    assert plan["complete"] is False
-    assert (plan["files_total"], plan["bytes_total"]) == (5, 20)
 
 
 # ---------------------------------------------------------------------------
@@ -444,7 +262,7 @@ def test_fetch_rerun_corrupt_and_extra(hub, tmp_path, count_hashes):
 
 def test_existing_weights_without_manifest_are_hashed_once(hub, tmp_path, count_hashes):
     dest = tmp_path / "weights" / "Tiny-Llama-2L"
-    _make_tree(str(dest), {rel: hub["content"][rel] for rel in hub["fetched"]})
+    make_tree(str(dest), {rel: hub["content"][rel] for rel in hub["fetched"]})
     for rel in hub["fetched"]:
         os.chmod(dest / rel, 0o644)
     result = sync_weights(_opts(hub, dest))
@@ -547,7 +365,7 @@ def test_token_never_in_results_or_errors(hub, tmp_path):
 
 def test_path_source_hardlinks_same_filesystem(hub, tmp_path):
     src = tmp_path / "nfs" / "Tiny-Llama-2L"
-    _make_tree(str(src), hub["content"])
+    make_tree(str(src), hub["content"])
     dest = tmp_path / "vol" / "weights" / "Tiny-Llama-2L"
     result = sync_weights(_opts(hub, dest, source="path", path=str(src)))
     assert result["changed"] is True
@@ -571,7 +389,7 @@ def test_path_source_copies_across_filesystems(hub, tmp_path, monkeypatch):
         monkeypatch.setattr(fetch_module, "same_filesystem", lambda item, staging: False)
     try:
         src = os.path.join(src_root, "Tiny-Llama-2L")
-        _make_tree(src, hub["content"])
+        make_tree(src, hub["content"])
         dest = tmp_path / "vol" / "weights" / "Tiny-Llama-2L"
         result = sync_weights(_opts(hub, dest, source="path", path=src))
         total = sum(info["size"] for info in hub["fetched"].values())

