@@ -6,13 +6,13 @@ model (--model-mb, a few safetensors-sized files plus config and tokenizer) with
 SeaweedFS bucket on the docker gateway, behind tests/tools/counting_proxy.py, and runs the role's rule
 (plugins/module_utils/_fanout.py): host 1 (the seed) fetches from the bucket, then every other host pulls
 from one holder over weights_server (plugins/module_utils/_peer.py) at the same time, all with
-plugins/module_utils/_weights.py inside the containers (what the model_weights module runs). It prints and
+plugins/module_utils/_weights/ inside the containers (what the model_weights module runs). It prints and
 writes to bench/results/model_cache_fanout.json:
 
   wall_s          seed fetch + parallel peer pulls, seconds
   origin_ratio    bytes read from the bucket / (N x model size)   (1/N is the ideal: origin read once)
   peer_bytes      bytes the holders served
-  sha256_MBps     verification throughput of _weights.hash_files on the seed's files, next to
+  sha256_MBps     verification throughput of _weights.hashing.hash_files on the seed's files, next to
                   coreutils sha256sum on the same files (both inside the seed container)
 
 Asserts nothing.  bench/model_cache_fanout.py [--hosts 2,4,8] [--model-mb 256]
@@ -34,9 +34,12 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, ".ansible", "collections"))
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _weights as weights
 from ansible_collections.ttfleet.inference.plugins.module_utils._fanout import fanout
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.hashing import hash_file
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.manifest import build_manifest, identity_of
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.sources import s3_prefix_of
 
 IMAGE = "ttfleet-lab/debian:latest"
 REPO = "ttfleet-bench/Fanout-Model"
@@ -47,11 +50,13 @@ DEST = "/var/lib/tt-cache/volume_id_bench/weights/Fanout-Model"
 IN_HOST = r"""
 import json, os, sys, time
 sys.path.insert(0, "/opt/bench")
-from ansible_collections.ttfleet.inference.plugins.module_utils import _weights, _peer
+from ansible_collections.ttfleet.inference.plugins.module_utils import _peer
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.hashing import hash_files
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.sync import sync_weights
 opts = json.loads(sys.argv[2])
 if sys.argv[1] == "fetch":
     t0 = time.monotonic()
-    r = _weights.sync_weights(opts)
+    r = sync_weights(opts)
     print(json.dumps({"s": time.monotonic() - t0, "fetched": r["fetched_bytes"], "restarts": r["restarts"]}))
 elif sys.argv[1] == "serve":
     state = _peer.start_server(opts["dest"], opts["bind"], 0, 600, "/run/ttfleet-weights", "bench")
@@ -62,7 +67,7 @@ elif sys.argv[1] == "hash":
     files = [os.path.join(opts["dest"], f) for f in sorted(os.listdir(opts["dest"])) if not f.startswith(".")]
     size = sum(os.path.getsize(f) for f in files)
     t0 = time.monotonic()
-    _weights.hash_files({f: (f, False) for f in files}, os.cpu_count() or 1)
+    hash_files({f: (f, False) for f in files}, os.cpu_count() or 1)
     ours = time.monotonic() - t0
     import subprocess
     t0 = time.monotonic()
@@ -144,13 +149,13 @@ def main(argv=None):
         model_dir = os.path.join(work, "model")
         os.makedirs(model_dir)
         files = make_model(model_dir, args.model_mb)
-        listing = [{"path": rel, "size": len(data), "sha256": weights.hash_file(os.path.join(model_dir, rel))["sha256"]}
+        listing = [{"path": rel, "size": len(data), "sha256": hash_file(os.path.join(model_dir, rel))["sha256"]}
                    for rel, data in files.items()]  # fmt: skip
-        manifest = weights.build_manifest(weights.identity_of("s3", REPO, REV), listing, source="hf")
-        base = weights.s3_prefix_of("bench", REPO, REV)
+        manifest = build_manifest(identity_of("s3", REPO, REV), listing, source="hf")
+        base = s3_prefix_of("bench", REPO, REV)
         for rel in files:
             client.upload_file("models", base + rel, os.path.join(model_dir, rel))
-        client.put_object("models", base + weights.MANIFEST_NAME, json.dumps(manifest).encode())
+        client.put_object("models", base + MANIFEST_NAME, json.dumps(manifest).encode())
         model_bytes = sum(len(data) for data in files.values())
         del files
         for count in [int(n) for n in args.hosts.split(",")]:
@@ -198,7 +203,7 @@ def run_fanout(count, bundle, proxy_url, proxy_log, model_bytes):
             log = [json.loads(line) for line in handle if line.strip()]
         origin = sum(e["bytes"] for e in log if e["method"] == "GET" and "list-type" not in e["path"])
         origin_files = sum(
-            e["bytes"] for e in log if e["method"] == "GET" and not e["path"].endswith(weights.MANIFEST_NAME)
+            e["bytes"] for e in log if e["method"] == "GET" and not e["path"].endswith(MANIFEST_NAME)
             and "list-type" not in e["path"]
         )  # fmt: skip
         return {

@@ -8,7 +8,8 @@ What is served is fixed when the server starts (the *catalog*):
 
 - ``weights``: the files that the directory's ``.ttfleet-manifest.json`` lists, and the manifest;
 - ``kernels``: the three files of every complete store entry, ``<model>/<mesh>/<impl_id>/<tt_metal_commit>/
-  <vllm_commit>/{manifest.json, kernels.tar.zst, kernels.tar.zst.sha256}`` (the layout of ``_kernels.PathStore``).
+  <vllm_commit>/{manifest.json, kernels.tar.zst, kernels.tar.zst.sha256}`` (the layout of
+  ``_kernels.stores.PathStore``).
 
 The directory may be writable by a non-root user, so the catalog is found by a walk that never follows a link,
 and each file is pinned by ``(st_dev, st_ino, size)``. The daemon keeps a descriptor of the directory and opens
@@ -63,11 +64,8 @@ import time
 import urllib.parse
 from typing import TYPE_CHECKING, cast
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._kernels import (
-    ARCHIVE_NAME,
-    SHA_NAME,
-)
-from ansible_collections.ttfleet.inference.plugins.module_utils._kernels import (
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import ARCHIVE_NAME, SHA_NAME
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import (
     MANIFEST_NAME as KERNEL_MANIFEST_NAME,
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (

@@ -20,7 +20,7 @@ import stat
 import time
 from typing import TYPE_CHECKING
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._kernels import MARKER_PREFIX
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import MARKER_PREFIX
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
     SafeFileError,
     open_subdir,
@@ -37,13 +37,13 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import 
     ASIDE_INFIX,
     TEMP_PREFIX,
     VolumeError,
-    _aside_name,
-    _diff,
-    _fsync_dir,
-    _lstat_kind,
-    _within,
+    aside_name,
     check_path_text,
     check_source_root,
+    fsync_dir,
+    is_within,
+    lstat_kind,
+    path_diff,
 )
 
 if TYPE_CHECKING:
@@ -245,7 +245,7 @@ def _walk_shared(src_fd: int, where: str = "") -> Iterator[Listing]:
 
 def _existing_kind(path: str, src_real: str) -> str:
     """What is at ``path``: absent, link, directory, file, other, or ``made`` (a volume hardlinked from src)."""
-    kind = _lstat_kind(path)
+    kind = lstat_kind(path)
     if kind == "directory" and (read_record(path) or {}).get("weights_from") == src_real:
         return "made"
     return kind
@@ -275,7 +275,7 @@ def plan_hardlink(
     src_real = check_source_root(src, allowed_roots)
     parent_real = os.path.realpath(parent)
     node = os.path.join(parent_real, os.path.basename(path))
-    if _within(node, src_real) or _within(src_real, node):
+    if is_within(node, src_real) or is_within(src_real, node):
         raise VolumeError(f"volume {path} and its source {src} overlap; point src at another volume directory")
     if os.stat(src_real).st_dev != os.stat(parent_real).st_dev:
         raise VolumeError(
@@ -295,7 +295,7 @@ def plan_hardlink(
         )
     else:
         action = "move_aside"
-        moved_aside = _aside_name(path, time.time() if now is None else now)
+        moved_aside = aside_name(path, time.time() if now is None else now)
     files = size = 0
     if action != "none":
         with opened_dir(src_real) as src_fd:
@@ -327,7 +327,7 @@ def plan_hardlink(
         "moved_aside": moved_aside,
         "files": files,
         "bytes": size,
-        "diff": _diff(path, before, before if action == "none" else after),
+        "diff": path_diff(path, before, before if action == "none" else after),
     }
 
 
@@ -425,7 +425,7 @@ def apply_hardlink(plan: JSON, now: float | None = None) -> JSON:
         raise VolumeError(
             f"cannot build {path} from hardlinks of {plan['src_real']}: {why}; nothing of the source was changed"
         ) from None
-    _fsync_dir(parent)
+    fsync_dir(parent)
     return plan
 
 

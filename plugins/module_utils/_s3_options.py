@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from ansible.module_utils.basic import env_fallback
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._weights import (
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import (
     DEFAULT_ENDPOINT,
     DEFAULT_IGNORE_PATTERNS,
 )

@@ -660,7 +660,7 @@ def select_candidates(
 # Aliases
 
 
-def _lstat_kind(path: str) -> str:
+def lstat_kind(path: str) -> str:
     try:
         return _file_type(os.lstat(path).st_mode)
     except FileNotFoundError:
@@ -699,7 +699,7 @@ def _passes_through(path: str, node: str) -> bool:
     return False
 
 
-def _within(path: str, root: str) -> bool:
+def is_within(path: str, root: str) -> bool:
     return path == root or os.path.commonpath([path, root]) == root
 
 
@@ -707,7 +707,7 @@ def check_source_root(src: str, allowed_roots: Iterable[str] | None) -> str:
     """The real path of ``src``; raises VolumeError when ``allowed_roots`` is set and it resolves outside them."""
     roots = [check_path_text(root, "allowed_roots entry") for root in (allowed_roots or [])]
     src_real = os.path.realpath(src)
-    if roots and not any(_within(src_real, os.path.realpath(root)) for root in roots):
+    if roots and not any(is_within(src_real, os.path.realpath(root)) for root in roots):
         raise VolumeError(
             f"source {src} (resolving to {src_real}) is outside allowed_roots {roots}; "
             "pick a source under one of them or add its root to allowed_roots"
@@ -723,7 +723,7 @@ def _state_text(kind: str, link_target: str | None) -> str | None:
     return f"<{kind}>"
 
 
-def _aside_name(path: str, now: float) -> str:
+def aside_name(path: str, now: float) -> str:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
     base = f"{path}{ASIDE_INFIX}{stamp}"
     candidate = base
@@ -734,7 +734,7 @@ def _aside_name(path: str, now: float) -> str:
     return candidate
 
 
-def _diff(path: str, before: str | None, after: str | None) -> dict[str, str]:
+def path_diff(path: str, before: str | None, after: str | None) -> dict[str, str]:
     return {"before_header": path, "after_header": path, "before": f"{before}\n", "after": f"{after}\n"}
 
 
@@ -780,7 +780,7 @@ def plan_alias(
     node = os.path.join(parent_real, os.path.basename(path))
     if _passes_through(src, node):
         loop: str | None = f"{src} resolves through {path}"
-    elif _within(parent_real, src_real):
+    elif is_within(parent_real, src_real):
         loop = f"{src} contains {path}"
     else:
         loop = None
@@ -796,7 +796,7 @@ def plan_alias(
     else:
         target = src
 
-    kind = _lstat_kind(path)
+    kind = lstat_kind(path)
     previous_target = os.readlink(path) if kind == "link" else None
     moved_aside = None
     if kind == "absent":
@@ -811,7 +811,7 @@ def plan_alias(
         )
     else:
         action = "move_aside"
-        moved_aside = _aside_name(path, time.time() if now is None else now)
+        moved_aside = aside_name(path, time.time() if now is None else now)
 
     return {
         "state": "present",
@@ -823,7 +823,7 @@ def plan_alias(
         "previous_state": kind,
         "previous_target": previous_target,
         "moved_aside": moved_aside,
-        "diff": _diff(path, _state_text(kind, previous_target), target),
+        "diff": path_diff(path, _state_text(kind, previous_target), target),
     }
 
 
@@ -831,7 +831,7 @@ def plan_absent(path: str) -> JSON:
     """Compute how to remove the alias ``path``; only symlinks are ever removed."""
     check_path_text(path, "path")
     path = os.path.normpath(path)
-    kind = _lstat_kind(path)
+    kind = lstat_kind(path)
     if kind not in ("absent", "link"):
         raise VolumeError(
             f"{path} is a real {kind}, not a symlink; state: absent removes only aliases and "
@@ -849,11 +849,11 @@ def plan_absent(path: str) -> JSON:
         "previous_state": kind,
         "previous_target": previous_target,
         "moved_aside": None,
-        "diff": _diff(path, _state_text(kind, previous_target), "absent"),
+        "diff": path_diff(path, _state_text(kind, previous_target), "absent"),
     }
 
 
-def _fsync_dir(directory: str) -> None:
+def fsync_dir(directory: str) -> None:
     try:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     except OSError:
@@ -877,7 +877,7 @@ def _replace_with_symlink(target: str, path: str) -> None:
     else:
         raise VolumeError(f"cannot create a temporary link in {parent}")
     try:
-        kind = _lstat_kind(path)
+        kind = lstat_kind(path)
         if kind not in ("absent", "link"):
             raise VolumeError(f"{path} became a real {kind} while linking; nothing was replaced")
         os.replace(temp, path)
@@ -893,7 +893,7 @@ def apply_plan(plan: JSON) -> JSON:
     path = plan["path"]
     if action == "none":
         return plan
-    kind = _lstat_kind(path)
+    kind = lstat_kind(path)
     if kind != plan["previous_state"]:
         raise VolumeError(f"{path} changed while planning (was {plan['previous_state']}, now {kind}); run again")
     try:
@@ -909,5 +909,5 @@ def apply_plan(plan: JSON) -> JSON:
         if exc.errno == errno.ENAMETOOLONG:
             raise VolumeError(f"a name derived from {path} is too long for the filesystem") from None
         raise VolumeError(f"cannot {action.replace('_', ' ')} {path}: {exc.strerror or exc}") from None
-    _fsync_dir(os.path.dirname(path))
+    fsync_dir(os.path.dirname(path))
     return plan

@@ -347,17 +347,10 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._kernels import (
-    DEFAULT_TEMP_PATTERNS,
-    HttpStore,
-    KernelError,
-    PathStore,
-    S3Store,
-    deploy,
-    harvest,
-    inspect,
-    key_text,
-)
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import KernelError, key_text
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.operations import deploy, harvest, inspect
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.scan import DEFAULT_TEMP_PATTERNS
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.stores import HttpStore, PathStore, S3Store
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client, S3Error
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3_options import S3_OPTIONS, mask_url_credentials
 

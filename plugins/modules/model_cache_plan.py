@@ -245,7 +245,8 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import 
     expand_roots,
     scan_roots,
 )
-from ansible_collections.ttfleet.inference.plugins.module_utils._weights import WeightsError, scrub, sync_weights
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import WeightsError, scrub
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.sync import sync_weights
 
 ENTRY_KEYS = ("name", "device", "impl", "engine", "image")
 

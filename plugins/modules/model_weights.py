@@ -335,11 +335,11 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._s3_options impo
     WEIGHTS_SOURCE_OPTIONS,
     mask_url_credentials,
 )
-from ansible_collections.ttfleet.inference.plugins.module_utils._weights import (
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import (
     WeightsError,
     scrub,
-    sync_weights,
 )
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.sync import sync_weights
 
 URL_OPTIONS = ("hf_endpoint", "s3_endpoint", "peer_url")
 

@@ -34,10 +34,19 @@ from conftest import (
     weights_options,
 )
 
-from ansible_collections.ttfleet.inference.plugins.action import model_weights as action
 from ansible_collections.ttfleet.inference.plugins.module_utils import _net as net
-from ansible_collections.ttfleet.inference.plugins.module_utils import _weights as weights
-from ansible_collections.ttfleet.inference.plugins.module_utils._weights import WeightsError
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights import fetch as fetch_module
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights import hub as hub_module
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.fetch import NET_ATTEMPTS
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.hub import Hub, list_hf_source
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import (
+    PART_SUFFIX,
+    STAGING_NAME,
+    WeightsError,
+    check_relpath,
+)
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.sync import sync_weights
+from ansible_collections.ttfleet.inference.plugins.plugin_utils import progress_action
 
 REPO = "org/model"
 SHA = "a" * 40
@@ -84,7 +93,7 @@ def opts(tmp_path, endpoint, **extra):
 
 
 def staged(tmp_path):
-    return tmp_path / "vol" / "weights" / weights.STAGING_NAME / "M"
+    return tmp_path / "vol" / "weights" / STAGING_NAME / "M"
 
 
 def fetch_requests(server):
@@ -152,7 +161,7 @@ def test_a_body_longer_than_listed_fails_fast_and_leaves_nothing_beyond_the_size
     server = hostile(hub_script(files={"model.safetensors": body}))
     start = time.monotonic()
     with pytest.raises(WeightsError) as exc:
-        weights.sync_weights(opts(tmp_path, server.url))
+        sync_weights(opts(tmp_path, server.url))
     elapsed = time.monotonic() - start
     msg = str(exc.value)
     assert elapsed < 10, elapsed
@@ -161,7 +170,7 @@ def test_a_body_longer_than_listed_fails_fast_and_leaves_nothing_beyond_the_size
     assert "partial file was removed" in msg
     assert len(fetch_requests(server)) == 1, "a source that sends more than it lists is not asked again"
     assert dir_bytes(tmp_path / "vol") <= 4096, "staging holds more than the listed size"
-    assert not (staged(tmp_path) / ("model.safetensors" + weights.PART_SUFFIX)).exists()
+    assert not (staged(tmp_path) / ("model.safetensors" + PART_SUFFIX)).exists()
     assert not (tmp_path / "vol" / "weights" / "M" / "model.safetensors").exists()
 
 
@@ -178,11 +187,11 @@ def test_a_resumed_part_never_grows_past_the_listed_size(hostile, tmp_path):
     server = hostile(hub_script(files={"model.safetensors": body}))
     sizes = []
     with pytest.raises(WeightsError, match=r"sent more for model\.safetensors") as exc:
-        weights.sync_weights(opts(tmp_path, server.url), callback=lambda done, total, file: sizes.append(done))
+        sync_weights(opts(tmp_path, server.url), callback=lambda done, total, file: sizes.append(done))
     assert "where 3096 were expected" in str(exc.value)
     assert [req.header("range") for req in fetch_requests(server)] == [None, "bytes=1000-"]
     assert max(sizes) <= 4096
-    assert not (staged(tmp_path) / ("model.safetensors" + weights.PART_SUFFIX)).exists()
+    assert not (staged(tmp_path) / ("model.safetensors" + PART_SUFFIX)).exists()
     assert dir_bytes(tmp_path / "vol") <= 4096
 
 
@@ -192,11 +201,11 @@ def test_a_body_that_ends_early_is_retried_then_a_clear_error(hostile, tmp_path)
 
     server = hostile(hub_script(files={"model.safetensors": short}))
     with pytest.raises(WeightsError) as exc:
-        weights.sync_weights(opts(tmp_path, server.url))
+        sync_weights(opts(tmp_path, server.url))
     msg = str(exc.value)
     assert msg.startswith(f"downloading model.safetensors of {REPO} from http://127.0.0.1:{server.port} failed 3 times")
     assert "ended after 1000 of its 4096 bytes" in msg
-    assert len(fetch_requests(server)) == weights.NET_ATTEMPTS
+    assert len(fetch_requests(server)) == NET_ATTEMPTS
     # Later attempts resume (the server ignores the range and starts over, which is counted and handled).
     assert [req.header("range") for req in fetch_requests(server)][1:] == ["bytes=1000-", "bytes=1000-"]
     assert dir_bytes(staged(tmp_path)) <= 4096 + 4096  # the part (1000 bytes) and the small staging state
@@ -208,9 +217,9 @@ def test_a_body_that_ends_early_is_retried_then_a_clear_error(hostile, tmp_path)
 
 @pytest.fixture
 def short_limits(monkeypatch):
-    monkeypatch.setattr(weights, "TRANSFER_FLOOR", 1.0)
-    monkeypatch.setattr(weights, "REQUEST_TOTAL", 1.5)
-    monkeypatch.setattr(weights, "LISTING_TOTAL", 3.0)
+    monkeypatch.setattr(fetch_module, "TRANSFER_FLOOR", 1.0)
+    monkeypatch.setattr(hub_module, "REQUEST_TOTAL", 1.5)
+    monkeypatch.setattr(hub_module, "LISTING_TOTAL", 3.0)
 
 
 def test_a_file_dripped_one_byte_a_second_stops_at_its_deadline(hostile, tmp_path, short_limits):
@@ -221,16 +230,16 @@ def test_a_file_dripped_one_byte_a_second_stops_at_its_deadline(hostile, tmp_pat
     server = hostile(hub_script(files={"model.safetensors": dripped}))
     start = time.monotonic()
     with pytest.raises(WeightsError) as exc:
-        weights.sync_weights(opts(tmp_path, server.url, timeout=2))
+        sync_weights(opts(tmp_path, server.url, timeout=2))
     elapsed = time.monotonic() - start
     # Three attempts of 1 s (+ 4 KiB at 1 MiB/s) each; a per-read timeout alone would run for 4096 s an attempt.
     assert elapsed < 3 * 1.0 + 4, elapsed
     assert "did not finish within its 1 s limit" in str(exc.value)
-    assert len(fetch_requests(server)) == weights.NET_ATTEMPTS
+    assert len(fetch_requests(server)) == NET_ATTEMPTS
 
 
 def test_a_silent_file_source_is_a_stall(hostile, tmp_path, short_limits, monkeypatch):
-    monkeypatch.setattr(weights, "TRANSFER_FLOOR", 60.0)
+    monkeypatch.setattr(fetch_module, "TRANSFER_FLOOR", 60.0)
 
     def silent(conn, req, srv):
         send(conn, http_head(200, {"Content-Type": "application/octet-stream"}, 4096))
@@ -239,7 +248,7 @@ def test_a_silent_file_source_is_a_stall(hostile, tmp_path, short_limits, monkey
     server = hostile(hub_script(files={"model.safetensors": silent}))
     start = time.monotonic()
     with pytest.raises(WeightsError, match="stalled"):
-        weights.sync_weights(opts(tmp_path, server.url, timeout=1))
+        sync_weights(opts(tmp_path, server.url, timeout=1))
     assert time.monotonic() - start < 3 * 1 + 3
 
 
@@ -249,7 +258,7 @@ def test_a_listing_with_dripped_headers_stops_at_its_deadline(hostile, tmp_path,
     )
     start = time.monotonic()
     with pytest.raises(WeightsError, match=r"did not finish within its 2 s limit"):
-        weights.sync_weights(opts(tmp_path, server.url, timeout=1))
+        sync_weights(opts(tmp_path, server.url, timeout=1))
     assert time.monotonic() - start < 4
     assert not (tmp_path / "vol").exists()
 
@@ -262,7 +271,7 @@ def test_endless_pages_stop_at_the_listing_deadline(hostile, tmp_path, short_lim
     server = hostile(hub_script(tree=page))
     start = time.monotonic()
     with pytest.raises(WeightsError, match=r"within (its )?[0-3] s"):
-        weights.sync_weights(opts(tmp_path, server.url, timeout=1))
+        sync_weights(opts(tmp_path, server.url, timeout=1))
     assert time.monotonic() - start < 5
 
 
@@ -324,14 +333,14 @@ def test_one_page_of_a_million_files_is_refused_by_its_size(hostile, tmp_path):
 
     server = hostile(hub_script(tree=page))
     with pytest.raises(WeightsError, match=r"is \d+ bytes, above the 33554432-byte cap"):
-        weights.list_hf_source(weights.Hub(server.url), REPO, SHA)
+        list_hf_source(Hub(server.url), REPO, SHA)
 
 
 def test_a_page_of_many_tiny_values_is_refused_before_decoding(hostile):
     # 30 MiB of "[]," would decode into ten million lists: counted in the raw bytes and refused first.
     server = hostile(hub_script(tree=lambda conn, req, srv: reply(conn, b"[" + b"[]," * (10 << 20) + b"[]]")))
     with pytest.raises(WeightsError, match="refused before decoding"):
-        weights.list_hf_source(weights.Hub(server.url), REPO, SHA)
+        list_hf_source(Hub(server.url), REPO, SHA)
 
 
 # ---------------------------------------------------------------------------
@@ -346,7 +355,7 @@ def test_a_next_page_on_another_origin_gets_nothing_even_after_a_401(hostile, tm
 
     hub = hostile(hub_script(tree=tree, files={"a.bin": DATA}, token=TOKEN))
     with pytest.raises(WeightsError) as exc:
-        weights.sync_weights(opts(tmp_path, hub.url, hf_token=TOKEN))
+        sync_weights(opts(tmp_path, hub.url, hf_token=TOKEN))
     msg = str(exc.value)
     assert f"at http://127.0.0.1:{catcher.port}, another origin; refused" in msg
     assert TOKEN not in msg
@@ -362,7 +371,7 @@ def test_next_pages_on_the_same_origin_are_followed_with_the_token(hostile, tmp_
             reply(conn, [entry("a.bin")], headers={"Link": f'<{TREE}?recursive=true&cursor=2>; rel="next"'})
 
     hub = hostile(hub_script(tree=tree, files={"a.bin": DATA, "b.bin": DATA}, token=TOKEN))
-    result = weights.sync_weights(opts(tmp_path, hub.url, hf_token=TOKEN))
+    result = sync_weights(opts(tmp_path, hub.url, hf_token=TOKEN))
     assert result["plan"]["to_fetch"] == ["a.bin", "b.bin"]
     assert (tmp_path / "vol" / "weights" / "M" / "b.bin").read_bytes() == DATA
 
@@ -376,7 +385,7 @@ def test_a_cdn_redirect_works_and_the_cdn_never_sees_the_token(hostile, tmp_path
         send(conn, http_head(302, {"Location": f"{cdn.url}/xet/abc?X-Amz-Signature=s1gn3d&Expires=9"}, 0))
 
     hub = hostile(hub_script(files={"model.safetensors": resolve}, token=TOKEN))
-    result = weights.sync_weights(opts(tmp_path, hub.url, hf_token=TOKEN))
+    result = sync_weights(opts(tmp_path, hub.url, hf_token=TOKEN))
     assert result["fetched_bytes"] == 4096
     assert cdn.requests and all(req.header("authorization") is None for req in cdn.requests)
     assert cdn.requests[0].path == "/xet/abc?X-Amz-Signature=s1gn3d&Expires=9"
@@ -391,7 +400,7 @@ def test_a_cdn_answering_401_never_gets_the_token(hostile, tmp_path):
 
     hub = hostile(hub_script(files={"model.safetensors": resolve}))
     with pytest.raises(WeightsError, match=r"refused file model\.safetensors"):
-        weights.sync_weights(opts(tmp_path, hub.url, hf_token=TOKEN))
+        sync_weights(opts(tmp_path, hub.url, hf_token=TOKEN))
     assert cdn.requests and all(req.header("authorization") is None for req in cdn.requests)
     # The token was tried once, on the endpoint's own origin.
     assert [req.header("authorization") for req in fetch_requests(hub)] == [None, f"Bearer {TOKEN}"]
@@ -456,7 +465,7 @@ def test_an_https_hub_redirecting_to_http_is_refused(hostile, tmp_path, monkeypa
     monkeypatch.setenv("SSL_CERT_FILE", cert)
     try:
         with pytest.raises(WeightsError, match="redirected from https to http; downgrades are refused"):
-            weights.sync_weights(opts(tmp_path, f"https://127.0.0.1:{server.server_address[1]}", hf_token=TOKEN))
+            sync_weights(opts(tmp_path, f"https://127.0.0.1:{server.server_address[1]}", hf_token=TOKEN))
     finally:
         server.shutdown()
         server.server_close()
@@ -468,7 +477,7 @@ def test_an_https_hub_redirecting_to_http_is_refused(hostile, tmp_path, monkeypa
 def test_a_redirect_to_another_scheme_is_refused(hostile, tmp_path, target):
     hub = hostile(hub_script(tree=lambda conn, req, srv: send(conn, http_head(302, {"Location": target}, 0))))
     with pytest.raises(WeightsError, match=r"only http and https are followed|redirect that is not followed"):
-        weights.sync_weights(opts(tmp_path, hub.url))
+        sync_weights(opts(tmp_path, hub.url))
     assert not (tmp_path / "vol").exists()
 
 
@@ -485,10 +494,10 @@ def _chain(hops):
 
 def test_five_redirects_are_followed_and_six_refused(hostile, tmp_path):
     five = hostile(hub_script(tree=_chain(net.MAX_REDIRECTS)))
-    assert weights.list_hf_source(weights.Hub(five.url), REPO, SHA)[1][0]["path"] == "model.safetensors"
+    assert list_hf_source(Hub(five.url), REPO, SHA)[1][0]["path"] == "model.safetensors"
     six = hostile(hub_script(tree=_chain(net.MAX_REDIRECTS + 1)))
     with pytest.raises(WeightsError, match=r"the file list .* redirect that is not followed .* more than 5 times"):
-        weights.list_hf_source(weights.Hub(six.url), REPO, SHA)
+        list_hf_source(Hub(six.url), REPO, SHA)
     assert len([req for req in six.requests if req.path.startswith(TREE)]) == net.MAX_REDIRECTS + 1
 
 
@@ -499,7 +508,7 @@ def test_a_redirect_loop_is_refused(hostile, tmp_path):
     hub = hostile(hub_script(tree=tree))
     start = time.monotonic()
     with pytest.raises(WeightsError, match="in a loop"):
-        weights.list_hf_source(weights.Hub(hub.url), REPO, SHA)
+        list_hf_source(Hub(hub.url), REPO, SHA)
     assert time.monotonic() - start < 5
 
 
@@ -513,7 +522,7 @@ GARBAGE = b"SSH-2.0-OpenSSH_9.6\r\n\x1b]0;owned\x07\r\n"
 def test_a_listing_that_is_not_http_is_a_clear_error(hostile, tmp_path):
     hub = hostile(hub_script(tree=lambda conn, req, srv: send(conn, GARBAGE)))
     with pytest.raises(WeightsError) as exc:
-        weights.sync_weights(opts(tmp_path, hub.url))
+        sync_weights(opts(tmp_path, hub.url))
     msg = str(exc.value)
     assert f"127.0.0.1:{hub.port} broke the HTTP protocol" in msg
     assert "the file list" in msg and "\x1b" not in msg
@@ -536,11 +545,11 @@ def _reset(conn, req, srv):
 def test_a_download_that_breaks_the_protocol_is_a_counted_failure(hostile, tmp_path, script):
     hub = hostile(hub_script(files={"model.safetensors": script}))
     with pytest.raises(WeightsError) as exc:
-        weights.sync_weights(opts(tmp_path, hub.url))
+        sync_weights(opts(tmp_path, hub.url))
     msg = str(exc.value)
     assert msg.startswith(f"downloading model.safetensors of {REPO} from http://127.0.0.1:{hub.port} failed 3 times")
     assert "\x1b" not in msg and "Traceback" not in msg
-    assert len(fetch_requests(hub)) == weights.NET_ATTEMPTS
+    assert len(fetch_requests(hub)) == NET_ATTEMPTS
 
 
 def test_the_module_reports_a_protocol_error_without_a_traceback(hostile, tmp_path):
@@ -567,7 +576,7 @@ HOSTILE_NAMES = [
 def test_file_names_with_terminal_controls_are_refused_and_shown_escaped(hostile, tmp_path, name):
     hub = hostile(hub_script(tree=[entry("config.json"), entry(name)]))
     with pytest.raises(WeightsError) as exc:
-        weights.sync_weights(opts(tmp_path, hub.url))
+        sync_weights(opts(tmp_path, hub.url))
     msg = str(exc.value)
     assert "unusable file path" in msg
     assert not any(ch in msg for ch in "\x1b\x07\n\r\u202e"), repr(msg)
@@ -578,7 +587,7 @@ def test_file_names_with_terminal_controls_are_refused_and_shown_escaped(hostile
 @pytest.mark.parametrize("name", HOSTILE_NAMES)
 def test_progress_lines_show_names_and_states_escaped(name):
     status = {"done_bytes": 10, "total_bytes": 100, "rate": 5, "eta": 18, "file": name, "state": "x\x1b[31m"}
-    line = action.progress_line("qb2-1", status, 3)
+    line = progress_action.progress_line("qb2-1", status, 3)
     assert not any(ch in line for ch in "\x1b\x07\n\r\u202e"), repr(line)
     assert line.startswith("qb2-1: model_weights 10 B of 100 B (10.0%)")
     assert f"[{net.printable(name)}]" in line and ", x\\x1b[31m" in line
@@ -586,9 +595,9 @@ def test_progress_lines_show_names_and_states_escaped(name):
 
 def test_a_status_file_with_odd_values_still_gives_a_line():
     status = {"done_bytes": "many", "total_bytes": -5, "rate": [1], "eta": "soon", "file": 7}
-    assert action.progress_line("h", status, 1) == "h: model_weights 0 B of 0 B at 0 B/s, ETA 0s [7]"
-    status = action.parse_status('{"done_bytes": NaN, "total_bytes": Infinity, "rate": -Infinity, "eta": NaN}')
-    assert action.progress_line("h", status, 1).startswith("h: model_weights 0 B of ")
+    assert progress_action.progress_line("h", status, 1) == "h: model_weights 0 B of 0 B at 0 B/s, ETA 0s [7]"
+    status = progress_action.parse_status('{"done_bytes": NaN, "total_bytes": Infinity, "rate": -Infinity, "eta": NaN}')
+    assert progress_action.progress_line("h", status, 1).startswith("h: model_weights 0 B of ")
 
 
 def test_error_messages_from_the_hub_are_shown_escaped(hostile, tmp_path):
@@ -597,7 +606,7 @@ def test_error_messages_from_the_hub_are_shown_escaped(hostile, tmp_path):
 
     hub = hostile(hub_script(tree=tree))
     with pytest.raises(WeightsError) as exc:
-        weights.sync_weights(opts(tmp_path, hub.url))
+        sync_weights(opts(tmp_path, hub.url))
     msg = str(exc.value)
     assert "HTTP 404 (Repository \\x1b]0;owned\\x07not found\\x1b[2J)" in msg
     assert "\x1b" not in msg and "\x07" not in msg
@@ -615,21 +624,21 @@ def test_error_messages_from_the_hub_are_shown_escaped(hostile, tmp_path):
 def test_unusable_paths_are_refused_before_writing(hostile, tmp_path, path):
     hub = hostile(hub_script(tree=[entry("config.json"), entry(path)]))
     with pytest.raises(WeightsError, match="unusable file path"):
-        weights.sync_weights(opts(tmp_path, hub.url))
+        sync_weights(opts(tmp_path, hub.url))
     assert not (tmp_path / "vol").exists()
     assert fetch_requests(hub) == []
 
 
 def test_names_at_the_limits_are_accepted():
-    weights.check_relpath("x" * 255, "the Hub")
-    weights.check_relpath("/".join(["d" * 200] * 20), "the Hub")
-    weights.check_relpath("tokenizer (copy) é.json", "the Hub")
+    check_relpath("x" * 255, "the Hub")
+    check_relpath("/".join(["d" * 200] * 20), "the Hub")
+    check_relpath("tokenizer (copy) é.json", "the Hub")
 
 
 def test_a_petabyte_listing_is_refused_before_writing(hostile, tmp_path):
     hub = hostile(hub_script(tree=[entry("model.safetensors", size=1 << 50)]))
     with pytest.raises(WeightsError, match="not enough free space"):
-        weights.sync_weights(opts(tmp_path, hub.url))
+        sync_weights(opts(tmp_path, hub.url))
     assert fetch_requests(hub) == []
     assert dir_bytes(tmp_path) == 0
 
@@ -642,7 +651,7 @@ def test_a_gzip_bomb_is_never_inflated(hostile, tmp_path):
 
     hub = hostile(hub_script(tree=tree))
     with pytest.raises(WeightsError, match="not JSON"):
-        weights.list_hf_source(weights.Hub(hub.url), REPO, SHA)
+        list_hf_source(Hub(hub.url), REPO, SHA)
     assert "gzip" not in (hub.requests[0].header("accept-encoding") or "")
 
 
@@ -650,4 +659,4 @@ def test_a_gzip_bomb_is_never_inflated(hostile, tmp_path):
 def test_malformed_or_deep_json_is_a_clear_error(hostile, body):
     hub = hostile(hub_script(tree=lambda conn, req, srv: reply(conn, body)))
     with pytest.raises(WeightsError, match=r"not JSON|not a list"):
-        weights.list_hf_source(weights.Hub(hub.url), REPO, SHA)
+        list_hf_source(Hub(hub.url), REPO, SHA)

@@ -1,4 +1,4 @@
-"""Kernel-cache deploys (plugins/module_utils/_kernels.py, the kernel_cache module) from hostile kernel stores on
+"""Kernel-cache deploys (plugins/module_utils/_kernels/, the kernel_cache module) from hostile kernel stores on
 127.0.0.1: a peer's http store and an S3 store that send more than the manifest's archive_bytes, drip, stall, redirect,
 or do not speak HTTP; and the warm-up health check of a harvest."""
 
@@ -14,8 +14,17 @@ import time
 import pytest
 from conftest import as_json, baseline_rss_mib, dir_bytes, drip, endless, http_head, run_bounded, send
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _kernels as k
 from ansible_collections.ttfleet.inference.plugins.module_utils import _net as net
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import (
+    ARCHIVE_NAME,
+    MANIFEST_NAME,
+    SHA_NAME,
+    KernelError,
+    cache_parent,
+    cache_path,
+)
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.operations import check_health, deploy, harvest
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.stores import HttpStore, PathStore, S3Store
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client
 
 pytestmark = pytest.mark.skipif(shutil.which("zstd") is None, reason="needs the zstd program")
@@ -50,11 +59,11 @@ def entry(tmp_path_factory):
         for name in dirnames + filenames:
             os.utime(os.path.join(dirpath, name), (OLD, OLD))
     os.utime(root, (OLD, OLD))
-    store = k.PathStore(str(base / "store"))
-    k.harvest(opts(base / "src", warmed=True, quiet_seconds=0), store)
+    store = PathStore(str(base / "store"))
+    harvest(opts(base / "src", warmed=True, quiet_seconds=0), store)
     where = store.entry_dir(KEY)
-    files = {name: pathlib.Path(where, name).read_bytes() for name in (k.MANIFEST_NAME, k.SHA_NAME, k.ARCHIVE_NAME)}
-    files["manifest"] = json.loads(files[k.MANIFEST_NAME])
+    files = {name: pathlib.Path(where, name).read_bytes() for name in (MANIFEST_NAME, SHA_NAME, ARCHIVE_NAME)}
+    files["manifest"] = json.loads(files[MANIFEST_NAME])
     return files
 
 
@@ -65,12 +74,12 @@ def store_script(entry, archive):
         if req is None:
             return
         path = req.path.split("?", 1)[0]
-        for name in (k.SHA_NAME, k.MANIFEST_NAME):
+        for name in (SHA_NAME, MANIFEST_NAME):
             if path.endswith("/" + name):
                 data = entry[name]
                 send(conn, http_head(200, {"ETag": '"x"'}, len(data)) + (b"" if req.method == "HEAD" else data))
                 return
-        if path.endswith("/" + k.ARCHIVE_NAME):
+        if path.endswith("/" + ARCHIVE_NAME):
             archive(conn, req, srv)
         else:
             send(conn, http_head(404, length=0))
@@ -79,11 +88,11 @@ def store_script(entry, archive):
 
 
 def http_store(server, **kwargs):
-    return k.HttpStore(f"{server.url}/{TOKEN}/", **kwargs)
+    return HttpStore(f"{server.url}/{TOKEN}/", **kwargs)
 
 
 def s3_store(server, **kwargs):
-    return k.S3Store(S3Client(server.url, "AK", "SK", **kwargs), "kernels", "caches")
+    return S3Store(S3Client(server.url, "AK", "SK", **kwargs), "kernels", "caches")
 
 
 STORES = {"http": http_store, "s3": s3_store}
@@ -91,8 +100,8 @@ STORES = {"http": http_store, "s3": s3_store}
 
 def nothing_in_place(volume):
     """No cache, no staging directory, no marker, no byte left in the volume."""
-    assert not os.path.exists(k.cache_path(str(volume), KEY))
-    parent = k.cache_parent(str(volume), KEY)
+    assert not os.path.exists(cache_path(str(volume), KEY))
+    parent = cache_parent(str(volume), KEY)
     assert not os.path.isdir(parent) or os.listdir(parent) == []
     assert dir_bytes(str(volume)) == 0
 
@@ -104,13 +113,13 @@ def nothing_in_place(volume):
 @pytest.mark.parametrize("kind", sorted(STORES))
 def test_an_archive_running_past_archive_bytes_is_refused_before_unpacking_more(hostile, tmp_path, entry, kind):
     def archive(conn, req, srv):
-        send(conn, http_head(200) + entry[k.ARCHIVE_NAME])
+        send(conn, http_head(200) + entry[ARCHIVE_NAME])
         endless(conn, stop=srv.stop)
 
     server = hostile(store_script(entry, archive))
     start = time.monotonic()
-    with pytest.raises(k.KernelError, match=f"runs past the {entry['manifest']['archive_bytes']} bytes") as err:
-        k.deploy(opts(tmp_path / "volume"), STORES[kind](server))
+    with pytest.raises(KernelError, match=f"runs past the {entry['manifest']['archive_bytes']} bytes") as err:
+        deploy(opts(tmp_path / "volume"), STORES[kind](server))
     assert time.monotonic() - start < 10
     assert "nothing was put in place" in str(err.value) and TOKEN not in str(err.value)
     nothing_in_place(tmp_path / "volume")
@@ -123,13 +132,13 @@ def test_a_declared_archive_length_other_than_archive_bytes_is_refused_before_re
         endless(conn, stop=srv.stop)
 
     server = hostile(store_script(entry, archive))
-    with pytest.raises(k.KernelError, match="1099511627776 bytes"):
-        k.deploy(opts(tmp_path / "volume"), STORES[kind](server))
+    with pytest.raises(KernelError, match="1099511627776 bytes"):
+        deploy(opts(tmp_path / "volume"), STORES[kind](server))
     nothing_in_place(tmp_path / "volume")
 
 
 def test_the_manifest_sha256_decides_whatever_the_etag_says(hostile, tmp_path, entry):
-    good = entry[k.ARCHIVE_NAME]
+    good = entry[ARCHIVE_NAME]
     bad = bytearray(good)
     bad[len(bad) // 2] ^= 0xFF
 
@@ -138,8 +147,8 @@ def test_the_manifest_sha256_decides_whatever_the_etag_says(hostile, tmp_path, e
         send(conn, http_head(200, {"ETag": f'"{etag}"'}, len(bad)) + bytes(bad))
 
     server = hostile(store_script(entry, archive))
-    with pytest.raises(k.KernelError, match=r"(does not match its manifest|not a readable tar\.zst|zstd)"):
-        k.deploy(opts(tmp_path / "volume"), s3_store(server))
+    with pytest.raises(KernelError, match=r"(does not match its manifest|not a readable tar\.zst|zstd)"):
+        deploy(opts(tmp_path / "volume"), s3_store(server))
     nothing_in_place(tmp_path / "volume")
 
 
@@ -150,13 +159,13 @@ def test_the_manifest_sha256_decides_whatever_the_etag_says(hostile, tmp_path, e
 @pytest.mark.parametrize("kind", sorted(STORES))
 def test_an_archive_dripped_at_one_byte_a_second_stops_at_the_deadline(hostile, tmp_path, entry, kind):
     def archive(conn, req, srv):
-        send(conn, http_head(200, length=len(entry[k.ARCHIVE_NAME])))
-        drip(conn, entry[k.ARCHIVE_NAME], every=1.0, stop=srv.stop)
+        send(conn, http_head(200, length=len(entry[ARCHIVE_NAME])))
+        drip(conn, entry[ARCHIVE_NAME], every=1.0, stop=srv.stop)
 
     server = hostile(store_script(entry, archive))
     start = time.monotonic()
-    with pytest.raises(k.KernelError, match="did not finish within its 3 s limit"):
-        k.deploy(opts(tmp_path / "volume"), STORES[kind](server, timeout=2, total=3))
+    with pytest.raises(KernelError, match="did not finish within its 3 s limit"):
+        deploy(opts(tmp_path / "volume"), STORES[kind](server, timeout=2, total=3))
     assert time.monotonic() - start < 8
     nothing_in_place(tmp_path / "volume")
 
@@ -165,8 +174,8 @@ def test_an_archive_dripped_at_one_byte_a_second_stops_at_the_deadline(hostile, 
 def test_a_manifest_whose_headers_drip_stops_at_the_deadline(hostile, tmp_path, entry, kind):
     server = hostile(lambda conn, req, srv: drip(conn, http_head(200, length=10), every=0.5, stop=srv.stop))
     start = time.monotonic()
-    with pytest.raises(k.KernelError, match="did not finish within its 3 s limit"):
-        k.deploy(opts(tmp_path / "volume"), STORES[kind](server, timeout=2, total=3))
+    with pytest.raises(KernelError, match="did not finish within its 3 s limit"):
+        deploy(opts(tmp_path / "volume"), STORES[kind](server, timeout=2, total=3))
     assert time.monotonic() - start < 6
 
 
@@ -214,11 +223,12 @@ def test_a_256_mib_manifest_is_refused_with_little_memory(hostile):
     server = hostile(script)
     baseline = baseline_rss_mib()
     code = (
-        "from ansible_collections.ttfleet.inference.plugins.module_utils import _kernels as k\n"
+        "from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import KernelError\n"
+        "from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.stores import HttpStore\n"
         f"key = {KEY!r}\n"
         "try:\n"
-        f"    k.HttpStore({server.url + '/' + TOKEN + '/'!r}).read_manifest(key)\n"
-        "except k.KernelError as exc:\n"
+        f"    HttpStore({server.url + '/' + TOKEN + '/'!r}).read_manifest(key)\n"
+        "except KernelError as exc:\n"
         "    print('refused:', exc)\n"
     )
     result = run_bounded(code)
@@ -233,9 +243,9 @@ def test_a_256_mib_manifest_is_refused_with_little_memory(hostile):
 
 def test_a_redirect_to_the_catcher_is_not_followed(hostile, catcher, tmp_path):
     server = hostile(lambda conn, req, srv: send(conn, http_head(302, {"Location": f"{catcher.url}/{TOKEN}/x"}, 0)))
-    store = k.HttpStore(f"http://peer:pw@127.0.0.1:{server.port}/{TOKEN}/")
-    with pytest.raises(k.KernelError, match=r"answered HTTP 302, a redirect to http://127\.0\.0\.1:\d+") as err:
-        k.deploy(opts(tmp_path / "volume"), store)
+    store = HttpStore(f"http://peer:pw@127.0.0.1:{server.port}/{TOKEN}/")
+    with pytest.raises(KernelError, match=r"answered HTTP 302, a redirect to http://127\.0\.0\.1:\d+") as err:
+        deploy(opts(tmp_path / "volume"), store)
     assert "not followed" in str(err.value) and TOKEN not in str(err.value)
     time.sleep(0.2)
     assert catcher.requests == []
@@ -260,20 +270,20 @@ def test_garbage_instead_of_http_names_the_store_and_not_its_token(hostile, tmp_
 
 def test_health_check_protocol_errors_are_reasons_not_crashes(hostile):
     garbage = hostile(lambda conn, req, srv: send(conn, b"not http\r\n\r\n"))
-    assert "broke the HTTP protocol" in k.check_health(garbage.url + "/health", timeout=2)
+    assert "broke the HTTP protocol" in check_health(garbage.url + "/health", timeout=2)
     short = hostile(lambda conn, req, srv: send(conn, http_head(503, length=0)))
-    assert k.check_health(short.url + "/health", timeout=2).endswith("answered HTTP 503")
+    assert check_health(short.url + "/health", timeout=2).endswith("answered HTTP 503")
 
 
 def test_health_check_dripped_headers_stop_at_its_deadline(hostile):
     server = hostile(lambda conn, req, srv: drip(conn, http_head(200, length=0), every=0.5, stop=srv.stop))
     start = time.monotonic()
-    why = k.check_health(server.url + "/health", timeout=2, total=3)
+    why = check_health(server.url + "/health", timeout=2, total=3)
     assert why and "3 s limit" in why and time.monotonic() - start < 6
 
 
 def test_health_check_credentials_stay_with_their_origin(hostile, catcher):
     server = hostile(lambda conn, req, srv: send(conn, http_head(302, {"Location": catcher.url + "/health"}, 0)))
-    k.check_health(f"http://ops:s3cret@127.0.0.1:{server.port}/health", timeout=2)
+    check_health(f"http://ops:s3cret@127.0.0.1:{server.port}/health", timeout=2)
     assert server.requests[0].header("authorization") == "Basic b3BzOnMzY3JldA=="
     assert catcher.requests and catcher.requests[0].header("authorization") is None

@@ -14,8 +14,12 @@ import pytest
 from conftest import answer_file, dir_bytes, drip, endless, http_head, reply, send, weights_options
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _net as net
-from ansible_collections.ttfleet.inference.plugins.module_utils import _weights as weights
-from ansible_collections.ttfleet.inference.plugins.module_utils._weights import WeightsError
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights import fetch as fetch_module
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights import hub as hub_module
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.fetch import NET_ATTEMPTS
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import WeightsError
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.sync import sync_weights
 
 REPO = "org/model"
 REVISION = "b" * 40
@@ -42,7 +46,7 @@ def peer_script(listing=None, files=None):
 
     def script(conn, req, srv):
         rel = req.path[len(base) :] if req.path.startswith(base) else None
-        if rel == weights.MANIFEST_NAME:
+        if rel == MANIFEST_NAME:
             listing(conn, req, srv) if callable(listing) else reply(conn, listing)
         elif rel in files:
             answer_file(conn, req, srv, files[rel])
@@ -58,15 +62,15 @@ def opts(tmp_path, server, **extra):
 
 
 def file_requests(server):
-    return [req for req in server.requests if not req.path.endswith(weights.MANIFEST_NAME)]
+    return [req for req in server.requests if not req.path.endswith(MANIFEST_NAME)]
 
 
 def test_a_peer_pull_works_and_names_no_token(hostile, tmp_path):
     server = hostile(peer_script())
-    result = weights.sync_weights(opts(tmp_path, server))
+    result = sync_weights(opts(tmp_path, server))
     assert result["fetched_bytes"] == 4096
     assert PEER_TOKEN not in json.dumps(result)
-    recorded = json.loads((tmp_path / "vol" / "weights" / "M" / weights.MANIFEST_NAME).read_text())
+    recorded = json.loads((tmp_path / "vol" / "weights" / "M" / MANIFEST_NAME).read_text())
     assert recorded["endpoint"] == f"http://127.0.0.1:{server.port}"
 
 
@@ -78,7 +82,7 @@ def test_an_endless_peer_body_writes_no_more_than_the_listed_size(hostile, tmp_p
     server = hostile(peer_script(files={"model.safetensors": body}))
     start = time.monotonic()
     with pytest.raises(WeightsError) as exc:
-        weights.sync_weights(opts(tmp_path, server))
+        sync_weights(opts(tmp_path, server))
     msg = str(exc.value)
     assert time.monotonic() - start < 10
     assert f"peer http://127.0.0.1:{server.port} sent more for model.safetensors" in msg
@@ -88,7 +92,7 @@ def test_an_endless_peer_body_writes_no_more_than_the_listed_size(hostile, tmp_p
 
 
 def test_a_dripping_peer_stops_at_the_deadline(hostile, tmp_path, monkeypatch):
-    monkeypatch.setattr(weights, "TRANSFER_FLOOR", 1.0)
+    monkeypatch.setattr(fetch_module, "TRANSFER_FLOOR", 1.0)
 
     def body(conn, req, srv):
         send(conn, http_head(200, {"Content-Type": "application/octet-stream"}, 4096))
@@ -97,18 +101,18 @@ def test_a_dripping_peer_stops_at_the_deadline(hostile, tmp_path, monkeypatch):
     server = hostile(peer_script(files={"model.safetensors": body}))
     start = time.monotonic()
     with pytest.raises(WeightsError, match="did not finish within its 1 s limit") as exc:
-        weights.sync_weights(opts(tmp_path, server, timeout=2))
+        sync_weights(opts(tmp_path, server, timeout=2))
     assert time.monotonic() - start < 3 * 1.0 + 4
-    assert len(file_requests(server)) == weights.NET_ATTEMPTS
+    assert len(file_requests(server)) == NET_ATTEMPTS
     assert PEER_TOKEN not in str(exc.value)
 
 
 def test_a_peer_manifest_with_dripped_headers_stops_at_its_deadline(hostile, tmp_path, monkeypatch):
-    monkeypatch.setattr(weights, "REQUEST_TOTAL", 1.5)
+    monkeypatch.setattr(hub_module, "REQUEST_TOTAL", 1.5)
     server = hostile(peer_script(listing=lambda conn, req, srv: drip(conn, http_head(200, length=2), 0.2, srv.stop)))
     start = time.monotonic()
     with pytest.raises(WeightsError, match="did not finish within its 2 s limit"):
-        weights.sync_weights(opts(tmp_path, server, timeout=1))
+        sync_weights(opts(tmp_path, server, timeout=1))
     assert time.monotonic() - start < 4
 
 
@@ -120,7 +124,7 @@ def test_a_peer_redirect_is_never_followed(hostile, catcher, tmp_path, what):
     script = peer_script(listing=redirect) if what == "manifest" else peer_script(files={"model.safetensors": redirect})
     server = hostile(script)
     with pytest.raises(WeightsError) as exc:
-        weights.sync_weights(opts(tmp_path, server))
+        sync_weights(opts(tmp_path, server))
     msg = str(exc.value)
     assert "with a redirect (HTTP 302)" in msg
     assert PEER_TOKEN not in msg
@@ -134,7 +138,7 @@ def test_an_endless_peer_manifest_is_capped(hostile, tmp_path):
 
     server = hostile(peer_script(listing=listing))
     with pytest.raises(WeightsError, match="passed the 33554432-byte cap") as exc:
-        weights.sync_weights(opts(tmp_path, server))
+        sync_weights(opts(tmp_path, server))
     assert f"peer http://127.0.0.1:{server.port}" in str(exc.value)
     assert PEER_TOKEN not in str(exc.value)
 
@@ -143,7 +147,7 @@ def test_a_manifest_listing_too_many_files_is_refused(hostile, tmp_path, monkeyp
     monkeypatch.setattr(net, "MAX_LISTED_FILES", 100)
     server = hostile(peer_script(listing=manifest({f"f/{i}.bin": b"x" for i in range(101)})))
     with pytest.raises(WeightsError, match="lists more than 100 files in its manifest"):
-        weights.sync_weights(opts(tmp_path, server))
+        sync_weights(opts(tmp_path, server))
     assert not (tmp_path / "vol").exists()
 
 
@@ -155,18 +159,18 @@ def test_a_peer_that_is_not_http_is_a_clear_error(hostile, tmp_path, part):
     script = peer_script(listing=garbage) if part == "listing" else peer_script(files={"model.safetensors": garbage})
     server = hostile(script)
     with pytest.raises(WeightsError) as exc:
-        weights.sync_weights(opts(tmp_path, server))
+        sync_weights(opts(tmp_path, server))
     msg = str(exc.value)
     assert f"127.0.0.1:{server.port} broke the HTTP protocol" in msg
     assert PEER_TOKEN not in msg and "\x1b" not in msg
     if part == "file":
-        assert len(file_requests(server)) == weights.NET_ATTEMPTS
+        assert len(file_requests(server)) == NET_ATTEMPTS
 
 
 @pytest.mark.parametrize("rel", ["../../victim", "\x1b]0;x\x07a.bin", "a\nb.bin"])
 def test_hostile_manifest_paths_are_refused_and_shown_escaped(hostile, tmp_path, rel):
     server = hostile(peer_script(listing=manifest({"config.json": b"{}", rel: b"x"})))
     with pytest.raises(WeightsError, match="unusable file path") as exc:
-        weights.sync_weights(opts(tmp_path, server))
+        sync_weights(opts(tmp_path, server))
     assert not any(ch in str(exc.value) for ch in "\x1b\x07\n")
     assert not (tmp_path / "vol").exists()

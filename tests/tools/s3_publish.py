@@ -24,8 +24,10 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, ".ansible", "collections"))
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _weights as weights
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.manifest import build_manifest, identity_of
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.sources import s3_prefix_of
 
 
 def _hf_model():
@@ -51,11 +53,11 @@ def main(argv=None):
     listing = [
         {"path": rel, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()} for rel, data in contents.items()
     ]
-    manifest = weights.build_manifest(weights.identity_of("s3", args.repo, args.revision), listing, source="hf")
-    base = weights.s3_prefix_of(args.prefix, args.repo, args.revision)
+    manifest = build_manifest(identity_of("s3", args.repo, args.revision), listing, source="hf")
+    base = s3_prefix_of(args.prefix, args.repo, args.revision)
     for rel, data in sorted(contents.items()):
         client.put_object(args.bucket, base + rel, data)
-    client.put_object(args.bucket, base + weights.MANIFEST_NAME, json.dumps(manifest).encode())
+    client.put_object(args.bucket, base + MANIFEST_NAME, json.dumps(manifest).encode())
     fetched = {item["path"]: item for item in listing if not item["path"].startswith("original/")}
     print(json.dumps({"files": fetched, "bytes": sum(item["size"] for item in fetched.values())}))
     return 0

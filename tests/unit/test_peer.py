@@ -17,10 +17,18 @@ import urllib.error
 import urllib.request
 
 import pytest
-from test_kernels import KEY, opts, tree, warm_cache
+from unit_helpers import KEY, opts, tree, warm_cache
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _kernels as k
 from ansible_collections.ttfleet.inference.plugins.module_utils import _peer as peer
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import (
+    ARCHIVE_NAME,
+    SHA_NAME,
+    cache_path,
+    entry_parts,
+    marker_path,
+)
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.operations import deploy, harvest
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.stores import HttpStore, PathStore
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
 
 SECRET = b"ROOT-ONLY-SECRET-" * 4096
@@ -204,33 +212,33 @@ needs_zstd = pytest.mark.skipif(shutil.which("zstd") is None, reason="needs the 
 def test_kernels_kind_serves_complete_entries_to_the_http_store(tmp_path, served):
     spool = tmp_path / "spool"
     _root, files = warm_cache(str(tmp_path / "peer"))
-    k.harvest(opts(tmp_path / "peer", warmed=True), k.PathStore(str(spool)))
-    entry = spool.joinpath(*k.entry_parts(KEY))
+    harvest(opts(tmp_path / "peer", warmed=True), PathStore(str(spool)))
+    entry = spool.joinpath(*entry_parts(KEY))
     # An entry without its manifest is incomplete (a pack in progress, or one that died): nothing of it is served.
     partial = spool / KEY["model_name"] / KEY["mesh"] / KEY["impl_id"] / "deadbee" / "none"
     partial.mkdir(parents=True)
-    (partial / k.ARCHIVE_NAME).write_bytes(b"half")
-    (partial / k.SHA_NAME).write_text("0" * 64 + "  kernels.tar.zst\n")
+    (partial / ARCHIVE_NAME).write_bytes(b"half")
+    (partial / SHA_NAME).write_text("0" * 64 + "  kernels.tar.zst\n")
     (entry / "extra.txt").write_text("not an entry file")
     state = served(spool, kind="kernels")
     assert state["files"] == 3 and state["kind"] == "kernels"
     url = state["url"]
-    base = "/".join(k.entry_parts(KEY))
+    base = "/".join(entry_parts(KEY))
     for rel in (
-        f"{KEY['model_name']}/{KEY['mesh']}/{KEY['impl_id']}/deadbee/none/{k.ARCHIVE_NAME}",
+        f"{KEY['model_name']}/{KEY['mesh']}/{KEY['impl_id']}/deadbee/none/{ARCHIVE_NAME}",
         f"{base}/extra.txt",
     ):
         assert _get(url + rel)[0] == 404, rel
-    archive = (entry / k.ARCHIVE_NAME).read_bytes()
-    assert _get(url + f"{base}/{k.ARCHIVE_NAME}", {"Range": "bytes=10-19"}) == (206, archive[10:20])
+    archive = (entry / ARCHIVE_NAME).read_bytes()
+    assert _get(url + f"{base}/{ARCHIVE_NAME}", {"Range": "bytes=10-19"}) == (206, archive[10:20])
 
-    remote = k.HttpStore(url, timeout=10)
-    got = k.deploy(opts(tmp_path / "puller"), remote)
-    assert got["changed"] and tree(k.cache_path(str(tmp_path / "puller"), KEY)) == files
+    remote = HttpStore(url, timeout=10)
+    got = deploy(opts(tmp_path / "puller"), remote)
+    assert got["changed"] and tree(cache_path(str(tmp_path / "puller"), KEY)) == files
     # The path token is the server's secret: neither the result nor the marker (readable by every user) shows it.
-    marker = pathlib.Path(k.marker_path(str(tmp_path / "puller"), KEY)).read_text()
+    marker = pathlib.Path(marker_path(str(tmp_path / "puller"), KEY)).read_text()
     assert state["token"] not in json.dumps(got) and state["token"] not in marker
-    missing = k.deploy(opts(tmp_path / "other", tt_metal_commit="deadbee", vllm_commit=""), remote)
+    missing = deploy(opts(tmp_path / "other", tt_metal_commit="deadbee", vllm_commit=""), remote)
     assert missing["missing"] and not missing["changed"]
 
 
@@ -243,12 +251,12 @@ def test_kernels_kind_needs_a_complete_entry_and_pins_what_it_found(tmp_path):
     with pytest.raises(peer.PeerError, match="holds no complete kernel store entry"):
         peer.Catalog(str(spool), "kernels")
     warm_cache(str(tmp_path / "peer"))
-    k.harvest(opts(tmp_path / "peer", warmed=True), k.PathStore(str(spool)))
+    harvest(opts(tmp_path / "peer", warmed=True), PathStore(str(spool)))
     with peer.Catalog(str(spool), "kernels") as first:
         digest = first.digest
-    entry = spool.joinpath(*k.entry_parts(KEY))
-    shutil.copyfile(entry / k.ARCHIVE_NAME, entry / "new")
-    os.replace(entry / "new", entry / k.ARCHIVE_NAME)
+    entry = spool.joinpath(*entry_parts(KEY))
+    shutil.copyfile(entry / ARCHIVE_NAME, entry / "new")
+    os.replace(entry / "new", entry / ARCHIVE_NAME)
     with peer.Catalog(str(spool), "kernels") as second:
         # A re-packed archive is another inode: a running server for the spool is restarted, not kept.
         assert second.digest != digest and len(second.files) == 3

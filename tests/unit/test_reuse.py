@@ -10,7 +10,7 @@ import os
 import pytest
 from conftest import FIXTURES
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._kernels import MARKER_PREFIX
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import MARKER_PREFIX
 from ansible_collections.ttfleet.inference.plugins.module_utils._reuse import (
     RECORD_NAME,
     annotate_candidates,

@@ -27,16 +27,20 @@ import uuid
 import pytest
 import yaml
 from conftest import patch_module_args
-from test_kernels import KEY, warm_cache
+from unit_helpers import KEY, warm_cache
 
-from ansible_collections.ttfleet.inference.plugins.action import model_weights as progress_action
 from ansible_collections.ttfleet.inference.plugins.doc_fragments import weights_source
 from ansible_collections.ttfleet.inference.plugins.module_utils import _s3 as s3
-from ansible_collections.ttfleet.inference.plugins.module_utils import _weights as weights
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client, S3Error
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3_options import S3_OPTIONS
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.manifest import build_manifest, identity_of
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import WeightsError
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.sources import S3Files, s3_prefix_of
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.sync import sync_weights
 from ansible_collections.ttfleet.inference.plugins.modules import kernel_cache as kernel_cache_module
 from ansible_collections.ttfleet.inference.plugins.modules import model_weights as model_weights_module
+from ansible_collections.ttfleet.inference.plugins.plugin_utils import progress_action
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROLE = os.path.join(ROOT, "roles", "model_cache")
@@ -468,12 +472,12 @@ REV = "0123456789abcdef0123456789abcdef01234567"
 def _publish_model(server):
     contents = {"config.json": b'{"model_type": "llama"}\n', "model.safetensors": os.urandom(300000)}
     files = [{"path": rel, "size": len(d), "sha256": hashlib.sha256(d).hexdigest()} for rel, d in contents.items()]
-    manifest = weights.build_manifest(weights.identity_of("hf", REPO, REV), files, source="hf")
-    base = weights.s3_prefix_of("fleet", REPO, REV)
+    manifest = build_manifest(identity_of("hf", REPO, REV), files, source="hf")
+    base = s3_prefix_of("fleet", REPO, REV)
     client = S3Client(server.endpoint, ACCESS, SECRET, region=REGION, session_token=TOKEN)
     for rel, data in contents.items():
         client.put_object("models", base + rel, data)
-    client.put_object("models", base + weights.MANIFEST_NAME, json.dumps(manifest).encode())
+    client.put_object("models", base + MANIFEST_NAME, json.dumps(manifest).encode())
     server.seen.clear()
     return contents
 
@@ -528,7 +532,7 @@ def test_model_weights_fetches_with_the_token_and_never_returns_it(serve, tmp_pa
     progress = json.loads(status.read_text())
     line = progress_action.progress_line("lab", progress, 12.0, show_file=True)
     assert "model_weights" in line and progress["done_bytes"] == result["fetched_bytes"]
-    for text in (out, (dest / weights.MANIFEST_NAME).read_text(), status.read_text(), line):
+    for text in (out, (dest / MANIFEST_NAME).read_text(), status.read_text(), line):
         assert TOKEN not in text and SECRET not in text
     assert server.seen and all(seen["headers"].get("x-amz-security-token") == TOKEN for seen in server.seen)
     assert all(seen["refused"] is None for seen in server.seen)
@@ -557,14 +561,14 @@ def test_sync_weights_scrubs_the_token_from_its_own_errors(serve, tmp_path, monk
     server = serve(access=ACCESS, secret=SECRET, token=TOKEN)
 
     def leaky_list(self, *args, **kwargs):
-        raise weights.WeightsError(f"the store answered for token {TOKEN} and key {SECRET}")
+        raise WeightsError(f"the store answered for token {TOKEN} and key {SECRET}")
 
-    monkeypatch.setattr(weights.S3Files, "list", leaky_list)
+    monkeypatch.setattr(S3Files, "list", leaky_list)
     options = _s3_args(
         server, dest=str(tmp_path / "w" / "M"), source="s3", repo_id=REPO, revision=REV, s3_bucket="models"
     )
-    with pytest.raises(weights.WeightsError) as err:
-        weights.sync_weights(options)
+    with pytest.raises(WeightsError) as err:
+        sync_weights(options)
     assert TOKEN not in str(err.value) and SECRET not in str(err.value)
     assert "token ******** and key ********" in str(err.value)
 

@@ -13,19 +13,43 @@ import urllib.error
 import urllib.request
 
 import pytest
+from conftest import ROOT
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _peer as peer
-from ansible_collections.ttfleet.inference.plugins.module_utils import _weights as weights
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client
-from ansible_collections.ttfleet.inference.plugins.module_utils._weights import WeightsError
+from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import free_bytes
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.manifest import (
+    build_manifest,
+    identity_of,
+    manifest_matches,
+)
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import (
+    DEFAULT_IGNORE_PATTERNS,
+    STAGING_NAME,
+    WeightsError,
+)
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.sources import s3_prefix_of
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.sync import sync_weights
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REPO = "ttfleet-lab/Tiny-S3"
+
+
 REV = "0123456789abcdef0123456789abcdef01234567"
+
+
 ACCESS = "TTFLEET" + "WEIGHTS01"
+
+
 SECRET = "weights/secret+" + "0123456789abcdef"
+
+
 BUCKET = "models"
+
+
 PREFIX = "fleet/v1"
+
+
 SHARD = "model-00001-of-00001.safetensors"
 
 
@@ -54,7 +78,7 @@ def _manifest(contents):
     files = [
         {"path": rel, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()} for rel, data in contents.items()
     ]
-    return weights.build_manifest(weights.identity_of("hf", REPO, REV), files, source="hf")
+    return build_manifest(identity_of("hf", REPO, REV), files, source="hf")
 
 
 @pytest.fixture(scope="module")
@@ -63,11 +87,11 @@ def bucket(tmp_path_factory):
     client = S3Client(srv.endpoint, ACCESS, SECRET)
     client.create_bucket(BUCKET)
     contents = _model_files()
-    base = weights.s3_prefix_of(PREFIX, REPO, REV)
+    base = s3_prefix_of(PREFIX, REPO, REV)
     assert base == f"fleet/v1/{REPO}/{REV}/"
     for rel, data in contents.items():
         client.put_object(BUCKET, base + rel, data)
-    client.put_object(BUCKET, base + weights.MANIFEST_NAME, json.dumps(_manifest(contents)).encode())
+    client.put_object(BUCKET, base + MANIFEST_NAME, json.dumps(_manifest(contents)).encode())
     yield {"server": srv, "client": client, "contents": contents, "base": base}
     srv.stop()
 
@@ -87,7 +111,7 @@ def _s3_opts(bucket, dest, **extra):
         "group": os.getgid(),
         "workers": 2,
         "disk_margin_gb": 0,
-        "ignore_patterns": list(weights.DEFAULT_IGNORE_PATTERNS),
+        "ignore_patterns": list(DEFAULT_IGNORE_PATTERNS),
     }
     options.update(extra)
     return options
@@ -101,12 +125,12 @@ def _assert_dest(dest, expected):
     for rel, data in expected.items():
         assert (dest / rel).read_bytes() == data
     assert not (dest / "original").exists()
-    manifest = json.loads((dest / weights.MANIFEST_NAME).read_text())
+    manifest = json.loads((dest / MANIFEST_NAME).read_text())
     assert (manifest["repo_id"], manifest["revision"]) == (REPO, REV)
     assert {rel: entry["sha256"] for rel, entry in manifest["files"].items()} == {
         rel: hashlib.sha256(data).hexdigest() for rel, data in expected.items()
     }
-    assert not (dest.parent / weights.STAGING_NAME).exists()
+    assert not (dest.parent / STAGING_NAME).exists()
     return manifest
 
 
@@ -128,27 +152,27 @@ def _interrupt_after(limit):
 
 def test_s3_fetch_then_converged_without_hashing(bucket, tmp_path):
     dest = tmp_path / "vol" / "weights" / "Tiny"
-    first = weights.sync_weights(_s3_opts(bucket, dest))
+    first = sync_weights(_s3_opts(bucket, dest))
     expected = _fetched(bucket)
     assert first["changed"] and first["fetched_bytes"] == sum(len(d) for d in expected.values())
     manifest = _assert_dest(dest, expected)
     assert manifest["source"] == "s3" and SECRET not in json.dumps(manifest) and ACCESS not in json.dumps(manifest)
-    again = weights.sync_weights(_s3_opts(bucket, dest))
+    again = sync_weights(_s3_opts(bucket, dest))
     assert (again["changed"], again["fetched_bytes"], again["hashed"], again["verified"]) == (False, 0, [], "size")
     # The same repository and commit from the Hub counts as converged too: the identity is (repo, revision).
-    assert weights.manifest_matches(manifest, weights.identity_of("hf", REPO, REV))
+    assert manifest_matches(manifest, identity_of("hf", REPO, REV))
 
 
 def test_s3_corrupt_shard_refetched_alone(bucket, tmp_path):
     dest = tmp_path / "weights" / "Tiny"
-    weights.sync_weights(_s3_opts(bucket, dest))
+    sync_weights(_s3_opts(bucket, dest))
     shard = dest / SHARD
     data = bytearray(shard.read_bytes())
     data[1000] ^= 0xFF
     shard.write_bytes(bytes(data))
     # size mode trusts the manifest: the flip is invisible to it; sha256 finds it.
-    assert weights.sync_weights(_s3_opts(bucket, dest, verify="size"))["changed"] is False
-    result = weights.sync_weights(_s3_opts(bucket, dest, verify="sha256"))
+    assert sync_weights(_s3_opts(bucket, dest, verify="size"))["changed"] is False
+    result = sync_weights(_s3_opts(bucket, dest, verify="sha256"))
     assert result["plan"]["corrupt"] == [SHARD] and result["plan"]["to_fetch"] == [SHARD]
     assert result["fetched_bytes"] == len(bucket["contents"][SHARD])
     _assert_dest(dest, _fetched(bucket))
@@ -158,11 +182,11 @@ def test_s3_interrupted_download_resumes_with_range(bucket, tmp_path):
     dest = tmp_path / "weights" / "Tiny"
     total = sum(len(d) for d in _fetched(bucket).values())
     with pytest.raises(Interrupt):
-        weights.sync_weights(_s3_opts(bucket, dest), callback=_interrupt_after(2 << 20))
+        sync_weights(_s3_opts(bucket, dest), callback=_interrupt_after(2 << 20))
     assert not dest.exists() or not (dest / SHARD).exists()
-    plan = weights.sync_weights(_s3_opts(bucket, dest), check_mode=True)["plan"]
+    plan = sync_weights(_s3_opts(bucket, dest), check_mode=True)["plan"]
     assert plan["bytes_staged"] >= 1 << 20
-    result = weights.sync_weights(_s3_opts(bucket, dest))
+    result = sync_weights(_s3_opts(bucket, dest))
     assert result["restarts"] == 0
     assert result["fetched_bytes"] == total - plan["bytes_staged"]
     assert result["fetched_bytes"] < total
@@ -174,47 +198,47 @@ def test_s3_bad_object_content_refused(bucket, tmp_path):
     contents = dict(bucket["contents"])
     manifest = _manifest(contents)
     manifest["revision"] = "f" * 40
-    client.put_object(BUCKET, base + weights.MANIFEST_NAME, json.dumps(manifest).encode())
+    client.put_object(BUCKET, base + MANIFEST_NAME, json.dumps(manifest).encode())
     for rel, data in contents.items():
         client.put_object(BUCKET, base + rel, data if rel != "config.json" else b"X" * len(data))
     dest = tmp_path / "weights" / "Tiny"
     with pytest.raises(WeightsError, match=r"config\.json .* wrong content"):
-        weights.sync_weights(_s3_opts(bucket, dest, revision="f" * 40))
+        sync_weights(_s3_opts(bucket, dest, revision="f" * 40))
     assert not (dest / "config.json").exists()
 
 
 def test_s3_errors_name_the_fix_and_hide_keys(bucket, tmp_path):
     dest = tmp_path / "weights" / "Tiny"
     with pytest.raises(WeightsError, match=r"has no \.ttfleet-manifest\.json; upload the whole weights directory"):
-        weights.sync_weights(_s3_opts(bucket, dest, s3_prefix="elsewhere"))
+        sync_weights(_s3_opts(bucket, dest, s3_prefix="elsewhere"))
     with pytest.raises(WeightsError) as err:
-        weights.sync_weights(_s3_opts(bucket, dest, s3_secret_key="not-" + SECRET))
+        sync_weights(_s3_opts(bucket, dest, s3_secret_key="not-" + SECRET))
     assert "403" in str(err.value) and "secret key" in str(err.value) and SECRET not in str(err.value)
     with pytest.raises(WeightsError, match="branch or tag"):
-        weights.sync_weights(_s3_opts(bucket, dest, revision="main"))
+        sync_weights(_s3_opts(bucket, dest, revision="main"))
     with pytest.raises(WeightsError, match="source s3 needs s3_bucket"):
-        weights.sync_weights(_s3_opts(bucket, dest, s3_bucket=None))
+        sync_weights(_s3_opts(bucket, dest, s3_bucket=None))
     assert not dest.exists()
 
 
 def test_s3_missing_object_reported(bucket, tmp_path):
     client = bucket["client"]
     rev = "e" * 40
-    base = weights.s3_prefix_of(PREFIX, REPO, rev)
+    base = s3_prefix_of(PREFIX, REPO, rev)
     manifest = _manifest(bucket["contents"])
     manifest["revision"] = rev
-    client.put_object(BUCKET, base + weights.MANIFEST_NAME, json.dumps(manifest).encode())
+    client.put_object(BUCKET, base + MANIFEST_NAME, json.dumps(manifest).encode())
     client.put_object(BUCKET, base + "config.json", bucket["contents"]["config.json"])
     with pytest.raises(WeightsError, match="lacks or holds a different size of 3 file"):
-        weights.sync_weights(_s3_opts(bucket, tmp_path / "w" / "Tiny", revision=rev))
+        sync_weights(_s3_opts(bucket, tmp_path / "w" / "Tiny", revision=rev))
 
 
 def test_disk_preflight_leaves_nothing(bucket, tmp_path):
     dest = tmp_path / "weights" / "Tiny"
-    free = weights.free_bytes(str(tmp_path))
+    free = free_bytes(str(tmp_path))
     with pytest.raises(WeightsError, match=r"not enough free space .* needs .* free"):
-        weights.sync_weights(_s3_opts(bucket, dest, disk_margin_gb=(free / (1 << 30)) + 1))
-    assert not dest.exists() and not (tmp_path / "weights" / weights.STAGING_NAME).exists()
+        sync_weights(_s3_opts(bucket, dest, disk_margin_gb=(free / (1 << 30)) + 1))
+    assert not dest.exists() and not (tmp_path / "weights" / STAGING_NAME).exists()
 
 
 # ---------------------------------------------------------------------------
@@ -224,7 +248,7 @@ def test_disk_preflight_leaves_nothing(bucket, tmp_path):
 @pytest.fixture
 def holder(bucket, tmp_path):
     dest = tmp_path / "holder" / "weights" / "Tiny"
-    weights.sync_weights(_s3_opts(bucket, dest))
+    sync_weights(_s3_opts(bucket, dest))
     run_dir = tmp_path / "run"
     state = peer.start_server(str(dest), "127.0.0.1", 0, ttl=120, run_dir=str(run_dir), name="Tiny")
     yield {"dest": dest, "state": state, "run_dir": str(run_dir)}
@@ -241,7 +265,7 @@ def _peer_opts(holder, dest, **extra):
         "owner": os.getuid(),
         "group": os.getgid(),
         "disk_margin_gb": 0,
-        "ignore_patterns": list(weights.DEFAULT_IGNORE_PATTERNS),
+        "ignore_patterns": list(DEFAULT_IGNORE_PATTERNS),
     }
     options.update(extra)
     return options
@@ -249,7 +273,7 @@ def _peer_opts(holder, dest, **extra):
 
 def test_peer_pull_counts_served_bytes(bucket, holder, tmp_path):
     dest = tmp_path / "puller" / "weights" / "Tiny"
-    result = weights.sync_weights(_peer_opts(holder, dest))
+    result = sync_weights(_peer_opts(holder, dest))
     expected = _fetched(bucket)
     total = sum(len(d) for d in expected.values())
     assert result["fetched_bytes"] == total
@@ -257,7 +281,7 @@ def test_peer_pull_counts_served_bytes(bucket, holder, tmp_path):
     assert manifest["source"] == "peer"
     assert peer.alive(holder["state"])
     running, served = peer.stop_server(holder["run_dir"], "Tiny")
-    manifest_size = (holder["dest"] / weights.MANIFEST_NAME).stat().st_size
+    manifest_size = (holder["dest"] / MANIFEST_NAME).stat().st_size
     assert running and served == total + manifest_size
     assert not peer.alive(holder["state"])
     assert peer.stop_server(holder["run_dir"], "Tiny") == (False, 0)
@@ -266,11 +290,11 @@ def test_peer_pull_counts_served_bytes(bucket, holder, tmp_path):
 def test_peer_resume_and_wrong_revision(holder, tmp_path):
     dest = tmp_path / "puller" / "weights" / "Tiny"
     with pytest.raises(Interrupt):
-        weights.sync_weights(_peer_opts(holder, dest), callback=_interrupt_after(2 << 20))
-    result = weights.sync_weights(_peer_opts(holder, dest))
+        sync_weights(_peer_opts(holder, dest), callback=_interrupt_after(2 << 20))
+    result = sync_weights(_peer_opts(holder, dest))
     assert result["restarts"] == 0 and 0 < result["fetched_bytes"] < 3 << 20
     with pytest.raises(WeightsError, match=f"holds {REPO}@{REV}, not {REPO}@{'d' * 40}"):
-        weights.sync_weights(_peer_opts(holder, tmp_path / "other" / "Tiny", revision="d" * 40))
+        sync_weights(_peer_opts(holder, tmp_path / "other" / "Tiny", revision="d" * 40))
 
 
 def test_peer_serves_only_manifest_files(holder):

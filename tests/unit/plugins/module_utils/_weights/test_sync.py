@@ -1,6 +1,6 @@
 # Copyright (c) ttfleet.inference contributors
 # SPDX-License-Identifier: Apache-2.0
-"""model_weights: pure functions of _weights.py, then the real Hub protocol against a real olah server.
+"""model_weights: the whole step (_weights.sync) and the module, against the real Hub protocol of a real olah server.
 
 The olah tests serve tests/lab/hf_model.py's small real model (safetensors shards as LFS objects, small
 files as plain git blobs) from a local mirrors path, fully offline, on a free port of 127.0.0.1.
@@ -8,7 +8,6 @@ files as plain git blobs) from a local mirrors path, fully offline, on a free po
 
 from __future__ import annotations
 
-import hashlib
 import http.server
 import importlib.util
 import json
@@ -24,19 +23,31 @@ import time
 import types
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
-from conftest import patch_module_args
+from conftest import ROOT, patch_module_args
+from unit_helpers import make_tree
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _weights as weights
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import read_json_path
-from ansible_collections.ttfleet.inference.plugins.module_utils._weights import WeightsError
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights import fetch as fetch_module
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights import hashing as hashing_module
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights import plan as plan_module
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights import sync as sync_module
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.hashing import hash_file
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.hub import Hub
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import (
+    DEFAULT_IGNORE_PATTERNS,
+    PART_SUFFIX,
+    STAGING_NAME,
+    WeightsError,
+)
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.sync import sync_weights
 from ansible_collections.ttfleet.inference.plugins.modules import model_weights as model_weights_module
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Shaped like an HF token, assembled at run time so no token-like string is committed.
 TOKEN = "hf_" + "ttfleetTEST" + "token0123456789abcdef"
+
+
 REPO = "ttfleet-lab/Tiny-Llama-2L"
 
 
@@ -48,78 +59,6 @@ def _load_lab_module():
 
 
 hf_model = _load_lab_module()
-
-
-# ---------------------------------------------------------------------------
-# Pure functions
-
-
-@pytest.mark.parametrize(
-    ("allow", "ignore", "expected"),
-    [
-        (None, weights.DEFAULT_IGNORE_PATTERNS, ["config.json", "model-1.safetensors", "sub/tokenizer.json"]),
-        (["*.json"], weights.DEFAULT_IGNORE_PATTERNS, ["config.json", "sub/tokenizer.json"]),
-        (["sub/"], [], ["sub/tokenizer.json"]),
-        (None, [], ["config.json", "model-1.safetensors", "original/consolidated.00.pth", "sub/tokenizer.json"]),
-        (None, ["*.safetensors", "original/"], ["config.json", "sub/tokenizer.json"]),
-    ],
-)
-def test_filter_paths(allow, ignore, expected):
-    paths = ["config.json", "model-1.safetensors", "original/consolidated.00.pth", "sub/tokenizer.json"]
-    assert weights.filter_paths(paths, allow, ignore) == expected
-
-
-def test_git_blob_sha1_matches_git(tmp_path):
-    assert weights.git_blob_sha1(b"") == "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
-    content = b'{"model_type": "llama"}\n'
-    (tmp_path / "f").write_bytes(content)
-    out = subprocess.run(["git", "hash-object", str(tmp_path / "f")], capture_output=True, text=True, check=True)
-    assert weights.git_blob_sha1(content) == out.stdout.strip()
-    digests = weights.hash_file(str(tmp_path / "f"), blob=True)
-    assert digests == {"sha256": hashlib.sha256(content).hexdigest(), "blob_sha1": out.stdout.strip(), "size": 24}
-
-
-def test_floating_revision_refused_with_fix():
-    assert weights.check_revision("Qwen/Qwen3-32B", "a" * 40, False) is True
-    with pytest.raises(WeightsError) as exc:
-        weights.check_revision("Qwen/Qwen3-32B", "main", False)
-    msg = str(exc.value)
-    assert "revision 'main' of Qwen/Qwen3-32B is a branch or tag, not a commit" in msg
-    assert "https://huggingface.co/Qwen/Qwen3-32B/commits/main" in msg
-    assert "allow_floating_revision: true" in msg
-    with pytest.raises(WeightsError, match="abbreviated"):
-        weights.check_revision("Qwen/Qwen3-32B", "9216db5", False)
-    with pytest.raises(WeightsError, match="no revision given"):
-        weights.check_revision("Qwen/Qwen3-32B", None, False)
-    assert weights.check_revision("Qwen/Qwen3-32B", "main", True) is False
-
-
-@pytest.mark.parametrize(
-    "bad",
-    [
-        "../x",
-        "/etc/passwd",
-        "a//b",
-        "a/./b",
-        ".ttfleet-manifest.json",
-        "x.ttfleet-part",
-        "a\nb",
-        "\x1b]0;t\x07x",
-        "x\u202ey",
-        "x" * 256,
-        "/".join(["d" * 255] * 17),
-    ],
-)
-def test_relpath_refused(bad):
-    with pytest.raises(WeightsError, match="unusable file path"):
-        weights.check_relpath(bad, "the Hub")
-
-
-def test_scrub_token_and_url_credentials():
-    text = f"GET https://user:pw@mirror.lab/x failed with Bearer {TOKEN}"
-    assert weights.scrub(text, TOKEN) == "GET https://********@mirror.lab/x failed with Bearer ********"
-    # A password holding "@" is user info up to the last "@" before the host.
-    assert weights.scrub("http://u:p@ss@s3.lab:9000/b") == "http://********@s3.lab:9000/b"
 
 
 def test_module_refuses_and_masks_credentials_in_the_s3_endpoint(tmp_path, capsys):
@@ -155,101 +94,6 @@ def test_url_password_is_masked_whatever_order_the_no_log_values_are_replaced_in
     for first in ("AKID", "AKID:s3cr3t"):
         masked = remove_values(module.params["s3_endpoint"], [first, *sorted(module.no_log_values - {first})])
         assert "s3cr3t" not in masked, masked
-
-
-def test_hf_files_reads_lfs_and_git_blobs():
-    entries = [
-        {"type": "directory", "path": "original", "oid": "1" * 40, "size": 0},
-        {"type": "file", "path": "config.json", "oid": "2" * 40, "size": 10},
-        {"type": "file", "path": "m.safetensors", "oid": "3" * 40, "size": 132, "lfs": {"oid": "4" * 64, "size": 99}},
-        {"type": "file", "path": "original/c.pth", "oid": "5" * 40, "size": 1},
-    ]
-    files = weights.hf_files(entries)
-    assert [(f["path"], f["size"], f["lfs"], f["sha256"], f["blob_sha1"]) for f in files] == [
-        ("config.json", 10, False, None, "2" * 40),
-        ("m.safetensors", 99, True, "4" * 64, None),
-    ]
-    with pytest.raises(WeightsError, match="unusable file path"):
-        weights.hf_files([{"type": "file", "path": "../../etc/x", "oid": "2" * 40, "size": 1}])
-
-
-def test_manifest_round_trip(tmp_path):
-    identity = weights.identity_of("hf", REPO, "c" * 40)
-    files = [{"path": "config.json", "size": 3, "sha256": "d" * 64}]
-    manifest = weights.build_manifest(identity, files, "https://u:p@mirror.lab", "2026-11-30T00:00:00Z")
-    path = weights.write_manifest(str(tmp_path), manifest)
-    assert path == str(tmp_path / ".ttfleet-manifest.json")
-    assert oct(os.stat(path).st_mode & 0o777) == "0o644"
-    data = read_json_path(path)
-    assert data == manifest
-    assert data["endpoint"] == "https://********@mirror.lab"
-    assert data["files"] == {"config.json": {"size": 3, "sha256": "d" * 64}}
-    assert weights.manifest_matches(data, identity)
-    assert not weights.manifest_matches(data, weights.identity_of("hf", REPO, "e" * 40))
-    assert not weights.manifest_matches(data, weights.identity_of("path", REPO, path="/x"))
-    assert [name for name in os.listdir(tmp_path) if name.startswith(weights.TEMP_PREFIX)] == []
-
-
-def test_disk_preflight_message(tmp_path, monkeypatch):
-    monkeypatch.setattr(weights, "free_bytes", lambda path: 5 << 30)
-    dest = str(tmp_path / "vol" / "weights" / "M")
-    assert weights.check_disk(dest, 0, 10 << 30, "qb2-1", "M") is None
-    with pytest.raises(WeightsError) as exc:
-        weights.check_disk(dest, 3 << 30, 10 << 30, "qb2-1", "the weights of org/M")
-    msg = str(exc.value)
-    assert msg.startswith("qb2-1: not enough free space for the weights of org/M in " + dest)
-    assert f"the filesystem of {tmp_path} needs 13.0 GiB (3.0 GiB still to fetch + 10.0 GiB margin" in msg
-    assert "has 5.0 GiB free" in msg
-
-
-def test_progress_status_file(tmp_path):
-    now = [100.0]
-    seen = []
-    status = str(tmp_path / "status.json")
-    progress = weights.Progress(1000, status, lambda *args: seen.append(args), interval=2.0, clock=lambda: now[0])
-    progress.advance(100, "a")
-    first = json.loads(Path(status).read_text())
-    now[0] = 101.0
-    progress.advance(100, "a")
-    assert json.loads(Path(status).read_text()) == first  # throttled
-    now[0] = 102.0
-    progress.advance(300, "b")
-    data = json.loads(Path(status).read_text())
-    assert (data["done_bytes"], data["total_bytes"], data["file"], data["rate"], data["eta"]) == (
-        500,
-        1000,
-        "b",
-        250.0,
-        2.0,
-    )
-    assert seen[-1] == (500, 1000, "b")
-
-
-def _make_tree(root, files):
-    for rel, content in files.items():
-        path = os.path.join(root, rel)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as handle:
-            handle.write(content)
-
-
-def test_plan_classifies_dest(tmp_path):
-    src, dest = str(tmp_path / "src"), str(tmp_path / "vol" / "weights" / "M")
-    _make_tree(src, {"a.json": b"aaaa", "b.bin": b"bbbb", "c.bin": b"cccc", "d/e.txt": b"eeee", "f": b"ffff"})
-    _make_tree(dest, {"a.json": b"aaaa", "b.bin": b"bb", "c.bin": b"cxcc", "notes.txt": b"mine"})
-    os.symlink(os.path.join(src, "f"), os.path.join(dest, "f"))
-    files = weights.list_path_source(src)
-    identity = weights.identity_of("path", path=src)
-    plan = weights.plan_weights(files, dest, identity, "auto", 2)
-    assert plan["verified"] == "sha256"
-    assert plan["missing"] == ["d/e.txt"]
-    assert plan["wrong_size"] == ["b.bin"]
-    assert plan["corrupt"] == ["c.bin"]
-    assert plan["not_regular"] == ["f"]
-    assert plan["to_fetch"] == ["b.bin", "c.bin", "d/e.txt", "f"]
-    assert plan["extra"] == ["notes.txt"]
-    assert plan["complete"] is False
-    assert (plan["files_total"], plan["bytes_total"]) == (5, 20)
 
 
 # ---------------------------------------------------------------------------
@@ -315,7 +159,7 @@ def _opts(hub, dest, **extra):
         "disk_margin_gb": 0,
         "host": "lab-1",
         "timeout": 30,
-        "ignore_patterns": list(weights.DEFAULT_IGNORE_PATTERNS),
+        "ignore_patterns": list(DEFAULT_IGNORE_PATTERNS),
     }
     options.update(extra)
     return options
@@ -333,7 +177,7 @@ def _dest_files(dest):
 
 def _assert_model(hub, dest):
     files = _dest_files(dest)
-    manifest = json.loads(files.pop(weights.MANIFEST_NAME))
+    manifest = json.loads(files.pop(MANIFEST_NAME))
     files.pop("notes.txt", None)
     assert files == {rel: hub["content"][rel] for rel in hub["fetched"]}
     assert manifest["files"] == {rel: {"size": i["size"], "sha256": i["sha256"]} for rel, i in hub["fetched"].items()}
@@ -347,18 +191,18 @@ def _assert_model(hub, dest):
 @pytest.fixture
 def count_hashes(monkeypatch):
     calls = []
-    real = weights.hash_file
+    real = hash_file
 
     def counting(path, blob=False):
         calls.append(path)
         return real(path, blob)
 
-    monkeypatch.setattr(weights, "hash_file", counting)
+    monkeypatch.setattr(hashing_module, "hash_file", counting)
     return calls
 
 
 def test_olah_reports_lfs_and_blob_ids(hub):
-    tree = weights.Hub(hub["endpoint"]).list_tree(REPO, hub["sha"])
+    tree = Hub(hub["endpoint"]).list_tree(REPO, hub["sha"])
     by_path = {entry["path"]: entry for entry in tree}
     shard = "model-00001-of-00002.safetensors"
     assert by_path[shard]["lfs"]["oid"] == hub["files"][shard]["sha256"]
@@ -370,7 +214,7 @@ def test_olah_reports_lfs_and_blob_ids(hub):
 def test_fetch_rerun_corrupt_and_extra(hub, tmp_path, count_hashes):
     dest = tmp_path / "vol" / "weights" / "Tiny-Llama-2L"
     status = tmp_path / "status.json"
-    first = weights.sync_weights(_opts(hub, dest, status_file=str(status)))
+    first = sync_weights(_opts(hub, dest, status_file=str(status)))
     total = sum(info["size"] for info in hub["fetched"].values())
     assert first["changed"] is True
     assert first["fetched_bytes"] == total == first["plan"]["bytes_to_fetch"]
@@ -378,13 +222,13 @@ def test_fetch_rerun_corrupt_and_extra(hub, tmp_path, count_hashes):
     assert (first["revision"], first["verified"], first["restarts"]) == (hub["sha"], "sha256", 0)
     manifest = _assert_model(hub, dest)
     assert manifest["endpoint"] == hub["endpoint"]
-    assert not (tmp_path / "vol" / "weights" / weights.STAGING_NAME).exists()
+    assert not (tmp_path / "vol" / "weights" / STAGING_NAME).exists()
     progress = json.loads(status.read_text())
     assert (progress["state"], progress["done_bytes"], progress["total_bytes"]) == ("done", total, total)
     assert count_hashes == []  # fetched files are hashed while they stream
 
     (dest / "notes.txt").write_text("operator's file")
-    again = weights.sync_weights(_opts(hub, dest))
+    again = sync_weights(_opts(hub, dest))
     assert (again["changed"], again["fetched_bytes"], again["verified"], again["hashed"]) == (False, 0, "size", [])
     assert again["plan"]["extra"] == ["notes.txt"]
     assert again["diff"]["before"] == again["diff"]["after"]
@@ -395,9 +239,9 @@ def test_fetch_rerun_corrupt_and_extra(hub, tmp_path, count_hashes):
     data = bytearray((dest / shard).read_bytes())
     data[len(data) // 2] ^= 0xFF
     (dest / shard).write_bytes(bytes(data))
-    unnoticed = weights.sync_weights(_opts(hub, dest))
+    unnoticed = sync_weights(_opts(hub, dest))
     assert (unnoticed["changed"], unnoticed["verified"]) == (False, "size")
-    fixed = weights.sync_weights(_opts(hub, dest, verify="sha256"))
+    fixed = sync_weights(_opts(hub, dest, verify="sha256"))
     assert fixed["plan"]["corrupt"] == [shard]
     assert fixed["plan"]["to_fetch"] == [shard]
     assert fixed["fetched_bytes"] == hub["files"][shard]["size"]
@@ -406,28 +250,28 @@ def test_fetch_rerun_corrupt_and_extra(hub, tmp_path, count_hashes):
     _assert_model(hub, dest)
 
     os.unlink(dest / "config.json")
-    refetched = weights.sync_weights(_opts(hub, dest))
+    refetched = sync_weights(_opts(hub, dest))
     assert (refetched["plan"]["missing"], refetched["fetched_bytes"]) == (
         ["config.json"],
         hub["files"]["config.json"]["size"],
     )
     _assert_model(hub, dest)
-    clean = weights.sync_weights(_opts(hub, dest, verify="sha256"))
+    clean = sync_weights(_opts(hub, dest, verify="sha256"))
     assert (clean["changed"], clean["plan"]["corrupt"]) == (False, [])
 
 
 def test_existing_weights_without_manifest_are_hashed_once(hub, tmp_path, count_hashes):
     dest = tmp_path / "weights" / "Tiny-Llama-2L"
-    _make_tree(str(dest), {rel: hub["content"][rel] for rel in hub["fetched"]})
+    make_tree(str(dest), {rel: hub["content"][rel] for rel in hub["fetched"]})
     for rel in hub["fetched"]:
         os.chmod(dest / rel, 0o644)
-    result = weights.sync_weights(_opts(hub, dest))
+    result = sync_weights(_opts(hub, dest))
     # A pre-seeded copy (the factory volume of a QuietBox 2) is adopted: hashed, recorded, nothing fetched.
     assert (result["changed"], result["fetched_bytes"], result["verified"]) == (True, 0, "sha256")
     assert len(count_hashes) == len(hub["fetched"])
     _assert_model(hub, dest)
     count_hashes.clear()
-    assert weights.sync_weights(_opts(hub, dest))["changed"] is False
+    assert sync_weights(_opts(hub, dest))["changed"] is False
     assert count_hashes == []
 
 
@@ -437,7 +281,7 @@ class Interrupted(Exception):
 
 def test_interrupted_download_resumes(hub, tmp_path):
     dest = tmp_path / "weights" / "Tiny-Llama-2L"
-    staging = tmp_path / "weights" / weights.STAGING_NAME / "Tiny-Llama-2L"
+    staging = tmp_path / "weights" / STAGING_NAME / "Tiny-Llama-2L"
     order = sorted(hub["fetched"])
     shard1, shard2 = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"
     before_shard2 = sum(hub["files"][rel]["size"] for rel in order[: order.index(shard2)])
@@ -448,14 +292,14 @@ def test_interrupted_download_resumes(hub, tmp_path):
             raise Interrupted(file)
 
     with pytest.raises(Interrupted):
-        weights.sync_weights(_opts(hub, dest), callback=stop)
+        sync_weights(_opts(hub, dest), callback=stop)
     assert not dest.exists()
     assert (staging / shard1).stat().st_size == hub["files"][shard1]["size"]
-    assert (staging / (shard2 + weights.PART_SUFFIX)).stat().st_size >= 500_000
+    assert (staging / (shard2 + PART_SUFFIX)).stat().st_size >= 500_000
 
-    plan = weights.sync_weights(_opts(hub, dest), check_mode=True)
+    plan = sync_weights(_opts(hub, dest), check_mode=True)
     assert plan["plan"]["bytes_staged"] >= before_shard2 + 500_000
-    result = weights.sync_weights(_opts(hub, dest))
+    result = sync_weights(_opts(hub, dest))
     total = sum(info["size"] for info in hub["fetched"].values())
     # olah ignores Range and answers 200: the partial shard starts over, finished files are not fetched again.
     assert result["restarts"] == 1
@@ -465,10 +309,11 @@ def test_interrupted_download_resumes(hub, tmp_path):
 
 
 def test_disk_too_small_writes_nothing(hub, tmp_path, monkeypatch):
-    monkeypatch.setattr(weights, "free_bytes", lambda path: 1 << 20)
+    monkeypatch.setattr(plan_module, "free_bytes", lambda path: 1 << 20)
+    monkeypatch.setattr(sync_module, "free_bytes", lambda path: 1 << 20)
     dest = tmp_path / "vol" / "weights" / "Tiny-Llama-2L"
     with pytest.raises(WeightsError) as exc:
-        weights.sync_weights(_opts(hub, dest, disk_margin_gb=1))
+        sync_weights(_opts(hub, dest, disk_margin_gb=1))
     msg = str(exc.value)
     assert msg.startswith(f"lab-1: not enough free space for the weights of {REPO} in {dest}")
     assert "1.0 MiB free" in msg
@@ -478,18 +323,18 @@ def test_disk_too_small_writes_nothing(hub, tmp_path, monkeypatch):
 def test_floating_revision(hub, tmp_path):
     dest = tmp_path / "weights" / "M"
     with pytest.raises(WeightsError, match=f"revision 'main' of {REPO} is a branch or tag"):
-        weights.sync_weights(_opts(hub, dest, revision="main"))
+        sync_weights(_opts(hub, dest, revision="main"))
     assert not dest.exists()
-    result = weights.sync_weights(_opts(hub, dest, revision="main", allow_floating_revision=True))
+    result = sync_weights(_opts(hub, dest, revision="main", allow_floating_revision=True))
     assert result["revision"] == hub["sha"]
     assert _assert_model(hub, dest)["revision"] == hub["sha"]
-    tag = weights.sync_weights(_opts(hub, dest, revision="v1.0", allow_floating_revision=True))
+    tag = sync_weights(_opts(hub, dest, revision="v1.0", allow_floating_revision=True))
     assert (tag["revision"], tag["changed"]) == (hub["sha"], False)
 
 
 def test_check_mode_writes_nothing(hub, tmp_path):
     dest = tmp_path / "weights" / "M"
-    result = weights.sync_weights(_opts(hub, dest), check_mode=True)
+    result = sync_weights(_opts(hub, dest), check_mode=True)
     assert result["changed"] is True
     assert result["plan"]["bytes_to_fetch"] == sum(info["size"] for info in hub["fetched"].values())
     assert "fetch: 7 files" in result["diff"]["after"]
@@ -498,11 +343,11 @@ def test_check_mode_writes_nothing(hub, tmp_path):
 
 def test_token_never_in_results_or_errors(hub, tmp_path):
     dest = tmp_path / "weights" / "M"
-    result = weights.sync_weights(_opts(hub, dest, hf_token=TOKEN))
+    result = sync_weights(_opts(hub, dest, hf_token=TOKEN))
     assert TOKEN not in json.dumps(result)
-    assert TOKEN not in (dest / weights.MANIFEST_NAME).read_text()
+    assert TOKEN not in (dest / MANIFEST_NAME).read_text()
     with pytest.raises(WeightsError) as exc:
-        weights.sync_weights(
+        sync_weights(
             _opts(
                 hub,
                 tmp_path / "w2" / "M",
@@ -520,18 +365,18 @@ def test_token_never_in_results_or_errors(hub, tmp_path):
 
 def test_path_source_hardlinks_same_filesystem(hub, tmp_path):
     src = tmp_path / "nfs" / "Tiny-Llama-2L"
-    _make_tree(str(src), hub["content"])
+    make_tree(str(src), hub["content"])
     dest = tmp_path / "vol" / "weights" / "Tiny-Llama-2L"
-    result = weights.sync_weights(_opts(hub, dest, source="path", path=str(src)))
+    result = sync_weights(_opts(hub, dest, source="path", path=str(src)))
     assert result["changed"] is True
     assert result["fetched_bytes"] == 0
     for rel in hub["fetched"]:
         assert os.stat(dest / rel).st_ino == os.stat(src / rel).st_ino
     assert not (dest / "original").exists()
-    manifest = json.loads((dest / weights.MANIFEST_NAME).read_text())
+    manifest = json.loads((dest / MANIFEST_NAME).read_text())
     assert manifest["path"] == str(src)
     assert manifest["files"]["config.json"]["sha256"] == hub["files"]["config.json"]["sha256"]
-    assert weights.sync_weights(_opts(hub, dest, source="path", path=str(src)))["changed"] is False
+    assert sync_weights(_opts(hub, dest, source="path", path=str(src)))["changed"] is False
 
 
 def test_path_source_copies_across_filesystems(hub, tmp_path, monkeypatch):
@@ -540,18 +385,19 @@ def test_path_source_copies_across_filesystems(hub, tmp_path, monkeypatch):
         src_root = tempfile.mkdtemp(prefix="ttfleet-weights-", dir=other)
     else:
         src_root = str(tmp_path / "src")
-        monkeypatch.setattr(weights, "_same_filesystem", lambda item, staging: False)
+        monkeypatch.setattr(plan_module, "same_filesystem", lambda item, staging: False)
+        monkeypatch.setattr(fetch_module, "same_filesystem", lambda item, staging: False)
     try:
         src = os.path.join(src_root, "Tiny-Llama-2L")
-        _make_tree(src, hub["content"])
+        make_tree(src, hub["content"])
         dest = tmp_path / "vol" / "weights" / "Tiny-Llama-2L"
-        result = weights.sync_weights(_opts(hub, dest, source="path", path=src))
+        result = sync_weights(_opts(hub, dest, source="path", path=src))
         total = sum(info["size"] for info in hub["fetched"].values())
         assert result["fetched_bytes"] == total
         for rel in hub["fetched"]:
             assert os.stat(dest / rel).st_ino != os.stat(os.path.join(src, rel)).st_ino
         _assert_model_path(hub, dest, src)
-        again = weights.sync_weights(_opts(hub, dest, source="path", path=src, verify="sha256"))
+        again = sync_weights(_opts(hub, dest, source="path", path=src, verify="sha256"))
         assert (again["changed"], again["plan"]["corrupt"]) == (False, [])
     finally:
         shutil.rmtree(src_root, ignore_errors=True)
@@ -559,7 +405,7 @@ def test_path_source_copies_across_filesystems(hub, tmp_path, monkeypatch):
 
 def _assert_model_path(hub, dest, src):
     files = _dest_files(dest)
-    manifest = json.loads(files.pop(weights.MANIFEST_NAME))
+    manifest = json.loads(files.pop(MANIFEST_NAME))
     assert files == {rel: hub["content"][rel] for rel in hub["fetched"]}
     assert (manifest["source"], manifest["path"], manifest.get("revision")) == (
         "path",
@@ -666,10 +512,10 @@ def test_resume_with_range_206(hub, tmp_path, range_front):
             raise Interrupted(file)
 
     with pytest.raises(Interrupted):
-        weights.sync_weights(_opts(hub, dest, hf_endpoint=endpoint), callback=stop)
-    part = tmp_path / "weights" / weights.STAGING_NAME / "Tiny-Llama-2L" / (shard2 + weights.PART_SUFFIX)
+        sync_weights(_opts(hub, dest, hf_endpoint=endpoint), callback=stop)
+    part = tmp_path / "weights" / STAGING_NAME / "Tiny-Llama-2L" / (shard2 + PART_SUFFIX)
     partial = part.stat().st_size
-    result = weights.sync_weights(_opts(hub, dest, hf_endpoint=endpoint, hf_token=TOKEN))
+    result = sync_weights(_opts(hub, dest, hf_endpoint=endpoint, hf_token=TOKEN))
     total = sum(info["size"] for info in hub["fetched"].values())
     assert result["restarts"] == 0
     assert result["fetched_bytes"] == total - before_shard2 - partial

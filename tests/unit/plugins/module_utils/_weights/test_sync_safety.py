@@ -20,17 +20,34 @@ from types import MappingProxyType
 
 import pytest
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _weights as weights
-from ansible_collections.ttfleet.inference.plugins.module_utils._weights import WeightsError
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights import sync as sync_module
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.manifest import identity_of
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import (
+    PART_SUFFIX,
+    STAGING_NAME,
+    WeightsError,
+)
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.place import WRITABLE_SUBDIRS
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.sources import list_path_source
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.staging import STAGING_STATE
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.sync import sync_weights
 
 REPO = "ttfleet-lab/Tiny"
+
+
 SHA = "a" * 40
+
+
 UID = 1000
+
+
 FILES = {
     "config.json": b'{"model_type": "llama"}\n',
     "model.safetensors": b"w" * 300_000,
     "sub/tokenizer.json": b'{"v": 1}\n',
 }
+
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the layout and the planted files need root")
 
@@ -99,22 +116,22 @@ def _assert_weights(dest, files=None, owner=(0, 0)):
     for path in (dest, dest / "sub"):
         st = os.lstat(path)
         assert ((st.st_uid, st.st_gid), stat.S_IMODE(st.st_mode)) == (owner, 0o755)
-    manifest = dest / weights.MANIFEST_NAME
+    manifest = dest / MANIFEST_NAME
     assert stat.S_ISREG(os.lstat(manifest).st_mode)
     assert set(json.loads(manifest.read_text())["files"]) == set(files)
 
 
 def _staging(dest):
-    return dest.parent / weights.STAGING_NAME / dest.name
+    return dest.parent / STAGING_NAME / dest.name
 
 
 def _plant_staging(dest, owner=UID, mode=0o755):
     """Staging of this source as uid 1000 could leave it: its own directories and a matching state file."""
     staging = _staging(dest)
     staging.mkdir(parents=True)
-    state = {"identity": weights.identity_of("hf", REPO, SHA), "files": {}}
-    (staging / weights.STAGING_STATE).write_text(json.dumps(state))
-    for path in (staging.parent, staging, staging / weights.STAGING_STATE):
+    state = {"identity": identity_of("hf", REPO, SHA), "files": {}}
+    (staging / STAGING_STATE).write_text(json.dumps(state))
+    for path in (staging.parent, staging, staging / STAGING_STATE):
         os.chown(path, owner, owner, follow_symlinks=False)
     os.chmod(staging.parent, mode)
     os.chmod(staging, mode)
@@ -128,38 +145,38 @@ def _plant_staging(dest, owner=UID, mode=0o755):
 def test_part_file_linked_to_a_root_only_file_is_never_written(tmp_path, victim, no_hang):
     dest = _volume(tmp_path) / "weights" / "Tiny"
     staging = _plant_staging(dest)
-    (staging / ("config.json" + weights.PART_SUFFIX)).symlink_to(victim["file"])
+    (staging / ("config.json" + PART_SUFFIX)).symlink_to(victim["file"])
     # A "finished" file the user staged with a state claiming it was checked: never trusted.
     (staging / "model.safetensors").write_bytes(b"evil" * 75_000)
-    state = json.loads((staging / weights.STAGING_STATE).read_text())
+    state = json.loads((staging / STAGING_STATE).read_text())
     state["files"]["model.safetensors"] = {"expected": f"blob:{_blob(FILES['model.safetensors'])}", "size": 300_000}
-    (staging / weights.STAGING_STATE).write_text(json.dumps(state))
+    (staging / STAGING_STATE).write_text(json.dumps(state))
 
-    plan = weights.sync_weights(_opts(dest), check_mode=True, hub=FakeHub())
+    plan = sync_weights(_opts(dest), check_mode=True, hub=FakeHub())
     assert plan["plan"]["bytes_staged"] == 0  # a staging directory that is not root's 0700 counts for nothing
-    result = weights.sync_weights(_opts(dest), hub=FakeHub())
+    result = sync_weights(_opts(dest), hub=FakeHub())
     assert result["fetched_bytes"] == sum(len(c) for c in FILES.values())
     _assert_weights(dest)
-    assert not (dest.parent / weights.STAGING_NAME).exists()
+    assert not (dest.parent / STAGING_NAME).exists()
 
 
 def test_staging_directory_linked_to_a_root_only_directory(tmp_path, victim, no_hang):
     dest = _volume(tmp_path) / "weights" / "Tiny"
-    (dest.parent / weights.STAGING_NAME).symlink_to(victim["dir"])
-    weights.sync_weights(_opts(dest), hub=FakeHub())
+    (dest.parent / STAGING_NAME).symlink_to(victim["dir"])
+    sync_weights(_opts(dest), hub=FakeHub())
     _assert_weights(dest)
-    assert not os.path.lexists(dest.parent / weights.STAGING_NAME)
+    assert not os.path.lexists(dest.parent / STAGING_NAME)
 
 
 def test_links_and_fifos_inside_root_staging_are_replaced_not_followed(tmp_path, victim, no_hang):
     dest = _volume(tmp_path) / "weights" / "Tiny"
     staging = _plant_staging(dest, owner=0, mode=0o700)
-    os.unlink(staging / weights.STAGING_STATE)
-    os.mkfifo(staging / weights.STAGING_STATE)
-    (staging / ("config.json" + weights.PART_SUFFIX)).symlink_to(victim["file"])
-    os.mkfifo(staging / ("model.safetensors" + weights.PART_SUFFIX))
-    assert weights.sync_weights(_opts(dest), check_mode=True, hub=FakeHub())["plan"]["bytes_staged"] == 0
-    weights.sync_weights(_opts(dest), hub=FakeHub())
+    os.unlink(staging / STAGING_STATE)
+    os.mkfifo(staging / STAGING_STATE)
+    (staging / ("config.json" + PART_SUFFIX)).symlink_to(victim["file"])
+    os.mkfifo(staging / ("model.safetensors" + PART_SUFFIX))
+    assert sync_weights(_opts(dest), check_mode=True, hub=FakeHub())["plan"]["bytes_staged"] == 0
+    sync_weights(_opts(dest), hub=FakeHub())
     _assert_weights(dest)
 
 
@@ -180,15 +197,15 @@ def test_resume_keeps_a_root_staging_directory(tmp_path, no_hang):
             return resp
 
     with pytest.raises(Stop):
-        weights.sync_weights(_opts(dest), callback=stop, hub=Slow())
+        sync_weights(_opts(dest), callback=stop, hub=Slow())
     staging = _staging(dest)
     for path in (staging.parent, staging):
         st = os.lstat(path)
         assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o700)
-    part = staging / ("model.safetensors" + weights.PART_SUFFIX)
+    part = staging / ("model.safetensors" + PART_SUFFIX)
     assert stat.S_IMODE(os.lstat(part).st_mode) == 0o600
-    assert weights.sync_weights(_opts(dest), check_mode=True, hub=FakeHub())["plan"]["bytes_staged"] > 0
-    weights.sync_weights(_opts(dest), hub=FakeHub())
+    assert sync_weights(_opts(dest), check_mode=True, hub=FakeHub())["plan"]["bytes_staged"] > 0
+    sync_weights(_opts(dest), hub=FakeHub())
     _assert_weights(dest)
 
 
@@ -201,9 +218,9 @@ def test_dest_swapped_for_a_link_to_a_root_only_directory(tmp_path, victim, no_h
     dest.symlink_to(victim["dir"])
     for check_mode in (True, False):
         with pytest.raises(WeightsError, match=r"symbolic link .*not followed; move it away"):
-            weights.sync_weights(_opts(dest), check_mode=check_mode, hub=FakeHub())
+            sync_weights(_opts(dest), check_mode=check_mode, hub=FakeHub())
     with pytest.raises(WeightsError, match="symbolic link"):
-        weights.sync_weights(_opts(dest, source="none", container_owner=UID))
+        sync_weights(_opts(dest, source="none", container_owner=UID))
 
 
 def test_weights_directory_swapped_for_a_link(tmp_path, victim, no_hang):
@@ -211,7 +228,7 @@ def test_weights_directory_swapped_for_a_link(tmp_path, victim, no_hang):
     os.rmdir(volume / "weights")
     (volume / "weights").symlink_to(victim["dir"])
     with pytest.raises(WeightsError, match="symbolic link"):
-        weights.sync_weights(_opts(volume / "weights" / "Tiny", container_owner=UID), hub=FakeHub())
+        sync_weights(_opts(volume / "weights" / "Tiny", container_owner=UID), hub=FakeHub())
 
 
 def test_a_link_in_place_of_a_directory_inside_dest(tmp_path, victim, no_hang):
@@ -220,36 +237,26 @@ def test_a_link_in_place_of_a_directory_inside_dest(tmp_path, victim, no_hang):
     os.chown(dest, UID, UID)
     (dest / "sub").symlink_to(victim["dir"])
     with pytest.raises(WeightsError, match="sub is a symlink or file where the model needs a directory"):
-        weights.sync_weights(_opts(dest), hub=FakeHub())
+        sync_weights(_opts(dest), hub=FakeHub())
 
 
 def test_fifos_in_place_of_a_weights_file_and_the_manifest(tmp_path, victim, no_hang):
     dest = _volume(tmp_path) / "weights" / "Tiny"
-    weights.sync_weights(_opts(dest), hub=FakeHub())
+    sync_weights(_opts(dest), hub=FakeHub())
     os.unlink(dest / "config.json")
     os.mkfifo(dest / "config.json")
-    os.unlink(dest / weights.MANIFEST_NAME)
-    os.mkfifo(dest / weights.MANIFEST_NAME)
+    os.unlink(dest / MANIFEST_NAME)
+    os.mkfifo(dest / MANIFEST_NAME)
     (dest / "tokenizer.model").symlink_to(victim["file"])
-    plan = weights.sync_weights(_opts(dest), check_mode=True, hub=FakeHub())
+    plan = sync_weights(_opts(dest), check_mode=True, hub=FakeHub())
     assert plan["plan"]["to_fetch"] == ["config.json"]
     assert plan["verified"] == "sha256"  # the manifest counts as absent
     assert plan["skipped"] == ["tokenizer.model"]
-    result = weights.sync_weights(_opts(dest), hub=FakeHub())
+    result = sync_weights(_opts(dest), hub=FakeHub())
     assert result["fetched_bytes"] == len(FILES["config.json"])
     _assert_weights(dest)
     assert result["skipped"] == ["tokenizer.model"]
     assert os.readlink(dest / "tokenizer.model") == str(victim["file"])
-
-
-def test_hash_file_refuses_links_and_fifos(tmp_path, no_hang):
-    os.mkfifo(tmp_path / "fifo")
-    (tmp_path / "link").symlink_to(tmp_path / "fifo")
-    for name in ("fifo", "link"):
-        with pytest.raises(weights.SafeFileError):
-            weights.hash_file(str(tmp_path / name))
-    got = weights.hash_files({"k": (str(tmp_path / "fifo"), False)}, 1)
-    assert "is a fifo, not a regular file" in got["k"]["error"]
 
 
 # ---------------------------------------------------------------------------
@@ -272,10 +279,10 @@ def test_path_source_with_a_link_to_a_root_only_file(tmp_path, victim, no_hang):
     dest = _volume(tmp_path) / "weights" / "Tiny"
     for check_mode in (True, False):
         with pytest.raises(WeightsError, match=r"holds secret\.json, a symlink: .*never follows a link"):
-            weights.sync_weights(_opts(dest, source="path", path=str(src)), check_mode=check_mode)
+            sync_weights(_opts(dest, source="path", path=str(src)), check_mode=check_mode)
     assert not dest.exists()
     # Left out by the patterns, the link is harmless.
-    weights.sync_weights(_opts(dest, source="path", path=str(src), ignore_patterns=["secret.json"]))
+    sync_weights(_opts(dest, source="path", path=str(src), ignore_patterns=["secret.json"]))
     _assert_weights(dest)
 
 
@@ -285,13 +292,13 @@ def test_path_source_with_a_fifo_and_a_directory_link(tmp_path, victim, no_hang)
     (src / "more").symlink_to(victim["dir"])
     dest = _volume(tmp_path) / "weights" / "Tiny"
     with pytest.raises(WeightsError, match=r"holds more, a symlink \(and 1 more links or special files\)"):
-        weights.sync_weights(_opts(dest, source="path", path=str(src)))
+        sync_weights(_opts(dest, source="path", path=str(src)))
 
 
 def test_path_source_file_swapped_for_a_link_after_listing(tmp_path, victim, no_hang, monkeypatch):
     src = _source(tmp_path, owner=(UID, UID))
     dest = _volume(tmp_path) / "weights" / "Tiny"
-    real = weights.list_path_source
+    real = list_path_source
 
     def listed_then_swapped(*args, **kwargs):
         files = real(*args, **kwargs)
@@ -299,9 +306,9 @@ def test_path_source_file_swapped_for_a_link_after_listing(tmp_path, victim, no_
         (src / "config.json").symlink_to(victim["file"])
         return files
 
-    monkeypatch.setattr(weights, "list_path_source", listed_then_swapped)
+    monkeypatch.setattr(sync_module, "list_path_source", listed_then_swapped)
     with pytest.raises(WeightsError, match=r"config\.json.*symbolic link"):
-        weights.sync_weights(_opts(dest, source="path", path=str(src)))
+        sync_weights(_opts(dest, source="path", path=str(src)))
     assert not (dest / "config.json").exists()
 
 
@@ -309,7 +316,7 @@ def test_copies_never_take_the_source_owner_or_mode(tmp_path, no_hang):
     # Same filesystem, but owned by the container user (and group-writable): copied, not linked.
     src = _source(tmp_path, owner=(UID, UID), mode=0o664)
     dest = _volume(tmp_path) / "weights" / "Tiny"
-    result = weights.sync_weights(_opts(dest, source="path", path=str(src)))
+    result = sync_weights(_opts(dest, source="path", path=str(src)))
     assert result["fetched_bytes"] == sum(len(c) for c in FILES.values())
     _assert_weights(dest)
     for rel in FILES:
@@ -323,7 +330,7 @@ def test_copies_never_take_the_source_owner_or_mode(tmp_path, no_hang):
         os.chown(root_src / rel, 0, 0)
         os.chmod(root_src / rel, 0o644)
     dest2 = tmp_path / "vol2" / "weights" / "Tiny"
-    assert weights.sync_weights(_opts(dest2, source="path", path=str(root_src)))["fetched_bytes"] == 0
+    assert sync_weights(_opts(dest2, source="path", path=str(root_src)))["fetched_bytes"] == 0
     assert os.stat(dest2 / "config.json").st_ino == os.stat(root_src / "config.json").st_ino
 
 
@@ -333,7 +340,7 @@ def test_copies_never_take_the_source_owner_or_mode(tmp_path, no_hang):
 
 def _layout(volume):
     found = {}
-    for rel in (".", "weights", "weights/Tiny", "weights/Tiny/config.json", *weights.WRITABLE_SUBDIRS):
+    for rel in (".", "weights", "weights/Tiny", "weights/Tiny/config.json", *WRITABLE_SUBDIRS):
         st = os.lstat(volume / rel)
         found[rel] = (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode))
     return found
@@ -343,7 +350,7 @@ def test_migration_from_a_volume_of_the_container_user(tmp_path, no_hang):
     volume = _volume(tmp_path)
     dest = volume / "weights" / "Tiny"
     # What an older release wrote: everything the container user's, including the writable directories.
-    old = weights.sync_weights(_opts(dest, owner=UID, group=UID), hub=FakeHub())
+    old = sync_weights(_opts(dest, owner=UID, group=UID), hub=FakeHub())
     assert old["changed"]
     _assert_weights(dest, owner=(UID, UID))
     (volume / "tt_metal_cache").mkdir(mode=0o775)
@@ -353,7 +360,7 @@ def test_migration_from_a_volume_of_the_container_user(tmp_path, no_hang):
     os.chmod(volume / "tt_metal_cache" / "kernel.bin", 0o600)
     (dest / "notes.txt").symlink_to("/etc/shadow")
 
-    planned = weights.sync_weights(_opts(dest, container_owner=UID), check_mode=True, hub=FakeHub())
+    planned = sync_weights(_opts(dest, container_owner=UID), check_mode=True, hub=FakeHub())
     assert planned["changed"] and planned["fetched_bytes"] == 0
     assert "." in planned["plan"]["attrs"] and "config.json" in planned["plan"]["attrs"]
     assert any(line.startswith(f"{volume}: owner {UID}:{UID}") for line in planned["plan"]["layout"])
@@ -363,7 +370,7 @@ def test_migration_from_a_volume_of_the_container_user(tmp_path, no_hang):
     _assert_weights(dest, owner=(UID, UID))  # check mode changed nothing
     assert not (volume / "logs").exists()
 
-    migrated = weights.sync_weights(_opts(dest, container_owner=UID), hub=FakeHub())
+    migrated = sync_weights(_opts(dest, container_owner=UID), hub=FakeHub())
     assert migrated["changed"] and migrated["fetched_bytes"] == 0 and migrated["hashed"] == []
     assert migrated["skipped"] == ["notes.txt"]
     _assert_weights(dest)
@@ -377,7 +384,7 @@ def test_migration_from_a_volume_of_the_container_user(tmp_path, no_hang):
         assert layout[name] == (UID, UID, 0o755)
     assert os.readlink(dest / "notes.txt") == "/etc/shadow"
 
-    again = weights.sync_weights(_opts(dest, container_owner=UID), hub=FakeHub())
+    again = sync_weights(_opts(dest, container_owner=UID), hub=FakeHub())
     assert not again["changed"]
     assert (again["plan"]["attrs"], again["plan"]["layout"]) == ([], [])
     assert again["diff"]["before"] == again["diff"]["after"]
@@ -396,17 +403,17 @@ def test_source_none_lays_out_a_factory_volume(tmp_path, no_hang):
         for name in dirs + names:
             os.chown(os.path.join(current, name), UID, UID)
 
-    result = weights.sync_weights(_opts(dest, source="none", container_owner=UID))
+    result = sync_weights(_opts(dest, source="none", container_owner=UID))
     assert result["changed"] and result["plan"]["to_fetch"] == []
-    assert not (dest / weights.MANIFEST_NAME).exists()  # source none records nothing
+    assert not (dest / MANIFEST_NAME).exists()  # source none records nothing
     st = os.lstat(dest / "run.sh")
     assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o755)
     assert _layout_of_files(dest) == {rel: (0, 0o644) for rel in FILES}
-    assert not weights.sync_weights(_opts(dest, source="none", container_owner=UID))["changed"]
+    assert not sync_weights(_opts(dest, source="none", container_owner=UID))["changed"]
     with pytest.raises(WeightsError, match="does not exist; source none only"):
-        weights.sync_weights(_opts(volume / "weights" / "Other", source="none"))
+        sync_weights(_opts(volume / "weights" / "Other", source="none"))
     with pytest.raises(WeightsError, match="is not <volume>/weights/<model>"):
-        weights.sync_weights(_opts(volume / "Other", source="none", container_owner=UID))
+        sync_weights(_opts(volume / "Other", source="none", container_owner=UID))
 
 
 def _layout_of_files(dest):
@@ -416,11 +423,11 @@ def _layout_of_files(dest):
 def test_a_hardlink_to_a_root_only_file_is_not_made_readable(tmp_path, victim, no_hang):
     volume = _volume(tmp_path)
     dest = volume / "weights" / "Tiny"
-    weights.sync_weights(_opts(dest, owner=UID, group=UID), hub=FakeHub())
+    sync_weights(_opts(dest, owner=UID, group=UID), hub=FakeHub())
     # Where fs.protected_hardlinks is off, uid 1000 can link a root-only file into its weights.
     os.link(victim["file"], dest / "stolen")
     with contextlib.suppress(WeightsError):
-        weights.sync_weights(_opts(dest, container_owner=UID), hub=FakeHub())
+        sync_weights(_opts(dest, container_owner=UID), hub=FakeHub())
     os.unlink(dest / "stolen")  # the victim fixture then checks mode, owner and link count
 
 
@@ -432,7 +439,7 @@ def test_an_alias_in_a_root_directory_is_followed_and_one_in_a_user_directory_is
     root.mkdir(mode=0o755)
     (root / "volume_id_tt_transformers-Tiny-v0.2.0").symlink_to(os.path.join("..", "home", factory.name))
     dest = root / "volume_id_tt_transformers-Tiny-v0.2.0" / "weights" / "Tiny"
-    weights.sync_weights(_opts(dest, container_owner=UID), hub=FakeHub())
+    sync_weights(_opts(dest, container_owner=UID), hub=FakeHub())
     _assert_weights(factory / "weights" / "Tiny")
     assert os.lstat(factory / "tt_metal_cache").st_uid == UID
     # The same link where the container user can write it is never followed.
@@ -441,6 +448,6 @@ def test_an_alias_in_a_root_directory_is_followed_and_one_in_a_user_directory_is
     os.chown(user_root, UID, UID)
     (user_root / "volume_id_tt_transformers-Tiny-v0.2.0").symlink_to(victim["dir"])
     with pytest.raises(WeightsError, match="symbolic link in a directory that a non-root user can write"):
-        weights.sync_weights(
+        sync_weights(
             _opts(user_root / "volume_id_tt_transformers-Tiny-v0.2.0" / "weights" / "Tiny"), hub=FakeHub()
         )

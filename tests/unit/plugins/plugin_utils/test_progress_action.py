@@ -1,4 +1,6 @@
-"""Action plugin of model_weights (plugins/action/model_weights.py): progress lines, polling and clean-up."""
+"""The progress machinery of the action plugins (plugins/plugin_utils/progress_action.py): progress lines, polling and
+clean-up, through the model_weights plugin.
+"""
 
 import itertools
 import json
@@ -7,7 +9,8 @@ from unittest import mock
 import pytest
 from ansible.errors import AnsibleActionFail
 
-from ansible_collections.ttfleet.inference.plugins.action import model_weights as act
+from ansible_collections.ttfleet.inference.plugins.action import model_weights
+from ansible_collections.ttfleet.inference.plugins.plugin_utils import progress_action as act
 
 
 @pytest.mark.parametrize(
@@ -61,7 +64,7 @@ class Clock:
 
 
 def _plugin(no_log=False):
-    plugin = act.ActionModule.__new__(act.ActionModule)
+    plugin = model_weights.ActionModule.__new__(model_weights.ActionModule)
     plugin._task = mock.Mock(no_log=no_log, async_val=0)
     return plugin
 
@@ -174,17 +177,6 @@ def test_a_quick_job_is_seen_at_once(monkeypatch):
     plugin._read_status = lambda path: pytest.fail("no report for a quick job")
     assert plugin._follow("j", "/s", 25, "h", {}) == {"changed": False}
     assert clock.now == 0.25
-
-
-def test_kernel_cache_inspection_runs_as_usual():
-    from ansible_collections.ttfleet.inference.plugins.action import kernel_cache
-
-    plugin = kernel_cache.ActionModule.__new__(kernel_cache.ActionModule)
-    assert plugin.PROGRESS_NAME == "kernel_cache"
-    assert plugin._runs_sync({"state": "inspected"}) and not plugin._runs_sync({"state": "deployed"})
-    assert act.progress_line("h", {"done_bytes": 1, "total_bytes": 2}, 1, what="kernel_cache").startswith(
-        "h: kernel_cache 1 B of 2 B (50.0%)"
-    )
 
 
 def test_an_interrupted_run_stops_its_job(monkeypatch):

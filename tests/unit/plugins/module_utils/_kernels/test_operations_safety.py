@@ -20,15 +20,25 @@ import threading
 
 import pytest
 from conftest import VICTIM_SECRET
-from test_kernels import KEY, OLD
+from unit_helpers import KEY, OLD
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _kernels as k
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import opened_dir
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels import operations as operations_module
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.archive import pack, unpack
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import (
+    KernelError,
+    cache_path,
+    marker_path,
+)
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.operations import deploy, harvest, inspect
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.scan import scan_cache
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.stores import HttpStore, PathStore
+from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import SafeFileError, opened_dir
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("zstd") is None, reason="needs the zstd program"),
     pytest.mark.skipif(os.geteuid() != 0, reason="plants root-owned victims and hands directories to uid 1000"),
 ]
+
 
 USER = 1000
 
@@ -45,7 +55,7 @@ def pathlib_bytes(path):
 
 def warm_cache(volume):
     """A warmed-up cache in the real layout, everything below the volume handed to the container UID."""
-    root = k.cache_path(str(volume), KEY)
+    root = cache_path(str(volume), KEY)
     files = {"kernels/a/brisc.elf": os.urandom(4096), "tensor_cache/w.tensorbin": os.urandom(20000)}
     for rel, data in files.items():
         path = os.path.join(root, rel)
@@ -90,8 +100,8 @@ def store(tmp_path):
     """A path store holding the key, harvested from a volume of its own."""
     src = user_volume(tmp_path / "src")
     warm_cache(src)
-    store = k.PathStore(str(tmp_path / "store"))
-    k.harvest(opts(src, warmed=True), store)
+    store = PathStore(str(tmp_path / "store"))
+    harvest(opts(src, warmed=True), store)
     return store
 
 
@@ -110,11 +120,11 @@ def tree(root):
 def test_links_at_the_old_predictable_marker_temp_names_are_never_used(tmp_path, victim, store):
     vol = user_volume(tmp_path / "vol")
     warm_cache(vol)
-    parent = os.path.dirname(k.cache_path(str(vol), KEY))
+    parent = os.path.dirname(cache_path(str(vol), KEY))
     # What uid 1000 planted against the old code: every pid's temp name linked to the victim.
     for pid in {os.getpid(), *range(1, 200)}:
         os.symlink(victim["file"], os.path.join(parent, f".ttfleet-tmp-.ttfleet-kernels-P300x2.json.{pid}"))
-    done = k.harvest(opts(vol, warmed=True, force=True), store)
+    done = harvest(opts(vol, warmed=True, force=True), store)
     assert done["changed"]
     marker = os.path.join(parent, ".ttfleet-kernels-P300x2.json")
     st = os.lstat(marker)
@@ -130,16 +140,16 @@ def test_links_at_the_old_predictable_marker_temp_names_are_never_used(tmp_path,
 def test_a_link_at_the_marker_is_refused(tmp_path, victim, store, action):
     vol = user_volume(tmp_path / "vol")
     warm_cache(vol)
-    marker = k.marker_path(str(vol), KEY)
+    marker = marker_path(str(vol), KEY)
     os.symlink(victim["file"], marker)
     os.lchown(marker, USER, USER)
-    with pytest.raises(k.KernelError, match=r"\.ttfleet-kernels-P300x2\.json is a symbolic link; it is not followed"):
+    with pytest.raises(KernelError, match=r"\.ttfleet-kernels-P300x2\.json is a symbolic link; it is not followed"):
         if action == "harvest":
-            k.harvest(opts(vol, warmed=True, force=True), store)
+            harvest(opts(vol, warmed=True, force=True), store)
         elif action == "deploy":
-            k.deploy(opts(vol, force=True), store)
+            deploy(opts(vol, force=True), store)
         else:
-            k.inspect(opts(vol))
+            inspect(opts(vol))
     assert os.path.islink(marker)
 
 
@@ -151,15 +161,15 @@ def test_a_link_at_the_marker_is_refused(tmp_path, victim, store, action):
 def test_a_fifo_marker_fails_at_once_naming_it(tmp_path, store, action):
     vol = user_volume(tmp_path / "vol")
     warm_cache(vol)
-    marker = k.marker_path(str(vol), KEY)
+    marker = marker_path(str(vol), KEY)
     os.mkfifo(marker)
-    with pytest.raises(k.KernelError) as info:
+    with pytest.raises(KernelError) as info:
         if action == "harvest":
-            k.harvest(opts(vol, warmed=True, force=True), store)
+            harvest(opts(vol, warmed=True, force=True), store)
         elif action == "deploy":
-            k.deploy(opts(vol), store)
+            deploy(opts(vol), store)
         else:
-            k.inspect(opts(vol))
+            inspect(opts(vol))
     assert f"{marker} is a fifo, not a regular file" in str(info.value)
     assert "remove it" in str(info.value)
 
@@ -169,19 +179,19 @@ def test_a_fifo_in_a_path_store_entry_fails_at_once_naming_it(tmp_path, store, n
     path = os.path.join(store.entry_dir(KEY), name)
     os.unlink(path)
     os.mkfifo(path)
-    with pytest.raises(k.KernelError) as info:
-        k.deploy(opts(tmp_path / "b"), store)
+    with pytest.raises(KernelError) as info:
+        deploy(opts(tmp_path / "b"), store)
     assert f"{path} is a fifo, not a regular file" in str(info.value)
     assert "harvest again" in str(info.value)
-    assert not os.path.exists(k.cache_path(str(tmp_path / "b"), KEY))
+    assert not os.path.exists(cache_path(str(tmp_path / "b"), KEY))
 
 
 def test_a_link_in_a_path_store_entry_is_not_followed(tmp_path, store, victim):
     path = os.path.join(store.entry_dir(KEY), "manifest.json")
     os.unlink(path)
     os.symlink(victim["file"], path)
-    with pytest.raises(k.KernelError, match=r"manifest\.json is a symbolic link; it is not followed"):
-        k.deploy(opts(tmp_path / "b"), store)
+    with pytest.raises(KernelError, match=r"manifest\.json is a symbolic link; it is not followed"):
+        deploy(opts(tmp_path / "b"), store)
 
 
 # ---------------------------------------------------------------------------
@@ -195,9 +205,9 @@ def test_deploy_refuses_a_link_at_cache_model_to_a_root_dir(tmp_path, victim, st
     os.chown(tmc, USER, USER)
     os.symlink(victim["dir"], tmc / "cache_Qwen3-32B")
     os.lchown(tmc / "cache_Qwen3-32B", USER, USER)
-    for action in (k.deploy, k.inspect):
-        with pytest.raises(k.KernelError) as info:
-            action(opts(vol, force=True), store) if action is k.deploy else action(opts(vol))
+    for action in (deploy, inspect):
+        with pytest.raises(KernelError) as info:
+            action(opts(vol, force=True), store) if action is deploy else action(opts(vol))
         assert f"{tmc}/cache_Qwen3-32B is a symbolic link in a directory that a non-root user can write" in str(
             info.value
         )
@@ -209,8 +219,8 @@ def test_deploy_refuses_a_link_at_tt_metal_cache(tmp_path, victim, store):
     vol = user_volume(tmp_path / "vol")
     os.symlink(victim["dir"], vol / "tt_metal_cache")
     os.lchown(vol / "tt_metal_cache", USER, USER)
-    with pytest.raises(k.KernelError, match=r"tt_metal_cache is a symbolic link in a directory that a non-root user"):
-        k.deploy(opts(vol, force=True), store)
+    with pytest.raises(KernelError, match=r"tt_metal_cache is a symbolic link in a directory that a non-root user"):
+        deploy(opts(vol, force=True), store)
     assert os.path.islink(vol / "tt_metal_cache")
 
 
@@ -222,22 +232,22 @@ def test_harvest_refuses_a_cache_reached_through_a_link(tmp_path, store, victim)
     vol = user_volume(tmp_path / "vol")
     os.symlink(elsewhere / "tt_metal_cache", vol / "tt_metal_cache")
     os.lchown(vol / "tt_metal_cache", USER, USER)
-    other = k.PathStore(str(tmp_path / "other-store"))
-    with pytest.raises(k.KernelError, match="tt_metal_cache is a symbolic link"):
-        k.harvest(opts(vol, warmed=True), other)
+    other = PathStore(str(tmp_path / "other-store"))
+    with pytest.raises(KernelError, match="tt_metal_cache is a symbolic link"):
+        harvest(opts(vol, warmed=True), other)
     assert not os.path.exists(other.root)
 
 
 def test_a_link_at_the_cache_itself_is_refused(tmp_path, store, victim):
     vol = user_volume(tmp_path / "vol")
-    parent = os.path.dirname(k.cache_path(str(vol), KEY))
+    parent = os.path.dirname(cache_path(str(vol), KEY))
     os.makedirs(parent)
     give(os.path.join(vol, "tt_metal_cache"))
     os.symlink(victim["dir"], os.path.join(parent, "P300x2"))
-    with pytest.raises(k.KernelError, match=r"exists but is not a directory; move it away .*it is a symlink"):
-        k.deploy(opts(vol, force=True), store)
-    with pytest.raises(k.KernelError, match=r"exists but is not a directory; move it away .*it is a symlink"):
-        k.harvest(opts(vol, warmed=True, force=True), store)
+    with pytest.raises(KernelError, match=r"exists but is not a directory; move it away .*it is a symlink"):
+        deploy(opts(vol, force=True), store)
+    with pytest.raises(KernelError, match=r"exists but is not a directory; move it away .*it is a symlink"):
+        harvest(opts(vol, warmed=True, force=True), store)
 
 
 def test_a_root_owned_volume_root_may_alias_the_volume(tmp_path, store):
@@ -247,8 +257,8 @@ def test_a_root_owned_volume_root_may_alias_the_volume(tmp_path, store):
     os.chmod(root, 0o755)
     real = user_volume(root / "volume_id_real")
     os.symlink("volume_id_real", root / "alias")
-    got = k.deploy(opts(root / "alias"), store)
-    assert got["changed"] and os.path.isdir(k.cache_path(str(real), KEY))
+    got = deploy(opts(root / "alias"), store)
+    assert got["changed"] and os.path.isdir(cache_path(str(real), KEY))
 
 
 # ---------------------------------------------------------------------------
@@ -261,9 +271,9 @@ def test_a_link_inside_the_cache_is_never_packed(tmp_path, victim):
     os.symlink(victim["file"], os.path.join(root, "kernels", "leak.bin"))
     os.lchown(os.path.join(root, "kernels", "leak.bin"), USER, USER)
     age(root)
-    store = k.PathStore(str(tmp_path / "store"))
-    with pytest.raises(k.KernelError, match=r"neither files nor directories: kernels/leak\.bin"):
-        k.harvest(opts(vol, warmed=True), store)
+    store = PathStore(str(tmp_path / "store"))
+    with pytest.raises(KernelError, match=r"neither files nor directories: kernels/leak\.bin"):
+        harvest(opts(vol, warmed=True), store)
     assert not os.path.exists(store.entry_dir(KEY))
 
 
@@ -272,15 +282,15 @@ def test_a_file_swapped_for_a_link_while_packing_is_refused(tmp_path, victim):
     root, _files = warm_cache(vol)
     out = tmp_path / "out.tar.zst"
     with opened_dir(root) as fd:
-        scan = k.scan_cache(fd)
+        scan = scan_cache(fd)
         # The race uid 1000 runs: between the scan and the pack, a scanned file becomes a link to the victim.
         target = os.path.join(root, "tensor_cache", "w.tensorbin")
         os.unlink(target)
         os.symlink(victim["file"], target)
         out_fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            with pytest.raises(k.KernelError, match=r"w\.tensorbin is a symbolic link; it is not followed"):
-                k.pack(fd, scan, out_fd, shutil.which("zstd"), 1, where=root)
+            with pytest.raises(KernelError, match=r"w\.tensorbin is a symbolic link; it is not followed"):
+                pack(fd, scan, out_fd, shutil.which("zstd"), 1, where=root)
         finally:
             os.close(out_fd)
     assert VICTIM_SECRET not in pathlib_bytes(out)
@@ -290,14 +300,14 @@ def test_a_fifo_swapped_in_while_packing_is_refused_at_once(tmp_path):
     vol = user_volume(tmp_path / "vol")
     root, _files = warm_cache(vol)
     with opened_dir(root) as fd:
-        scan = k.scan_cache(fd)
+        scan = scan_cache(fd)
         target = os.path.join(root, "kernels", "a", "brisc.elf")
         os.unlink(target)
         os.mkfifo(target)
         out_fd = os.open(tmp_path / "out", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            with pytest.raises(k.KernelError, match=r"brisc\.elf is a fifo, not a regular file"):
-                k.pack(fd, scan, out_fd, shutil.which("zstd"), 1, where=root)
+            with pytest.raises(KernelError, match=r"brisc\.elf is a fifo, not a regular file"):
+                pack(fd, scan, out_fd, shutil.which("zstd"), 1, where=root)
         finally:
             os.close(out_fd)
 
@@ -308,9 +318,9 @@ def test_a_hard_link_to_a_file_of_another_owner_is_not_packed(tmp_path, victim):
     # Where fs.protected_hardlinks is off, uid 1000 can link a root-only file into its cache.
     os.link(victim["file"], os.path.join(root, "kernels", "hard.bin"))
     age(root)
-    store = k.PathStore(str(tmp_path / "store"))
-    with pytest.raises(k.KernelError, match=r"hard\.bin is a hard link to a file owned by uid 0"):
-        k.harvest(opts(vol, warmed=True), store)
+    store = PathStore(str(tmp_path / "store"))
+    with pytest.raises(KernelError, match=r"hard\.bin is a hard link to a file owned by uid 0"):
+        harvest(opts(vol, warmed=True), store)
     os.unlink(os.path.join(root, "kernels", "hard.bin"))
     assert not os.path.exists(os.path.join(store.entry_dir(KEY), "manifest.json"))
 
@@ -321,13 +331,13 @@ def test_a_hard_link_to_a_file_of_another_owner_is_not_packed(tmp_path, victim):
 
 def test_deploy_gives_the_cache_to_the_container_uid_not_the_volume(tmp_path, store):
     vol = tmp_path / "fresh"
-    got = k.deploy(opts(vol), store)
+    got = deploy(opts(vol), store)
     assert got["changed"]
     assert os.stat(vol).st_uid == 0
-    parent = os.path.dirname(k.cache_path(str(vol), KEY))
-    for path in (os.path.join(vol, "tt_metal_cache"), parent, k.marker_path(str(vol), KEY)):
+    parent = os.path.dirname(cache_path(str(vol), KEY))
+    for path in (os.path.join(vol, "tt_metal_cache"), parent, marker_path(str(vol), KEY)):
         assert os.stat(path).st_uid == USER, path
-    for dirpath, dirnames, filenames in os.walk(k.cache_path(str(vol), KEY)):
+    for dirpath, dirnames, filenames in os.walk(cache_path(str(vol), KEY)):
         for name in [*dirnames, *filenames, ""]:
             st = os.lstat(os.path.join(dirpath, name))
             assert (st.st_uid, st.st_gid) == (USER, USER)
@@ -337,21 +347,21 @@ def test_deploy_gives_the_cache_to_the_container_uid_not_the_volume(tmp_path, st
 
 def test_leftover_staging_links_are_removed_not_followed(tmp_path, store, victim):
     vol = user_volume(tmp_path / "vol")
-    parent = os.path.dirname(k.cache_path(str(vol), KEY))
+    parent = os.path.dirname(cache_path(str(vol), KEY))
     os.makedirs(parent)
     give(os.path.join(vol, "tt_metal_cache"))
     for name in (".ttfleet-tmp-P300x2-1-2", ".ttfleet-tmp-P300x2-dir"):
         os.symlink(victim["dir"], os.path.join(parent, name))
     os.makedirs(os.path.join(parent, ".ttfleet-tmp-P300x2-tree", "sub"))
     os.symlink(victim["file"], os.path.join(parent, ".ttfleet-tmp-P300x2-tree", "sub", "f"))
-    assert k.deploy(opts(vol), store)["changed"]
+    assert deploy(opts(vol), store)["changed"]
     assert sorted(os.listdir(parent)) == [".ttfleet-kernels-P300x2.json", "P300x2"]
 
 
 def test_a_staging_directory_swapped_while_unpacking_is_not_put_in_place(tmp_path, store, monkeypatch):
     vol = user_volume(tmp_path / "vol")
-    parent = os.path.dirname(k.cache_path(str(vol), KEY))
-    real_unpack = k.unpack
+    parent = os.path.dirname(cache_path(str(vol), KEY))
+    real_unpack = unpack
 
     def racing_unpack(source, staging_fd, *args, **kwargs):
         got = real_unpack(source, staging_fd, *args, **kwargs)
@@ -361,10 +371,10 @@ def test_a_staging_directory_swapped_while_unpacking_is_not_put_in_place(tmp_pat
         os.mkdir(os.path.join(parent, name))
         return got
 
-    monkeypatch.setattr(k, "unpack", racing_unpack)
-    with pytest.raises(k.KernelError, match="was replaced while the cache was unpacked into it"):
-        k.deploy(opts(vol), store)
-    assert not os.path.exists(k.cache_path(str(vol), KEY))
+    monkeypatch.setattr(operations_module, "unpack", racing_unpack)
+    with pytest.raises(KernelError, match="was replaced while the cache was unpacked into it"):
+        deploy(opts(vol), store)
+    assert not os.path.exists(cache_path(str(vol), KEY))
 
 
 def test_unpack_creates_nothing_through_a_planted_link(tmp_path, victim):
@@ -383,8 +393,8 @@ def test_unpack_creates_nothing_through_a_planted_link(tmp_path, victim):
     staging.mkdir()
     # A link where the archive's directory goes: makedirs must refuse it, not write into the victim directory.
     os.symlink(victim["dir"], staging / "d")
-    with pytest.raises(k.SafeFileError, match="is a symlink, not a directory"), opened_dir(str(staging)) as fd:
-        k.unpack(io.BytesIO(packed), fd, shutil.which("zstd"), 100, owner=(USER, USER))
+    with pytest.raises(SafeFileError, match="is a symlink, not a directory"), opened_dir(str(staging)) as fd:
+        unpack(io.BytesIO(packed), fd, shutil.which("zstd"), 100, owner=(USER, USER))
 
 
 # ---------------------------------------------------------------------------
@@ -392,21 +402,6 @@ def test_unpack_creates_nothing_through_a_planted_link(tmp_path, victim):
 
 
 TOKEN = secrets.token_hex(16)
-
-
-# Ids name the shape, not the random token: parallel workers must collect the same test names.
-@pytest.mark.parametrize("base", [f"http://10.0.0.5:41234/{TOKEN}/", f"http://10.0.0.5:41234/{TOKEN}"],
-                         ids=["slash", "no-slash"])
-def test_http_store_urls_keep_the_token_and_never_show_it(base):
-    remote = k.HttpStore(base)
-    entry = "Qwen3-32B/P300x2/tt_transformers/8c48a10/f52987a"
-    assert remote._url(KEY, "manifest.json") == f"http://10.0.0.5:41234/{TOKEN}/{entry}/manifest.json"
-    assert remote._url({**KEY, "vllm_commit": None}, "kernels.tar.zst").endswith("/8c48a10/none/kernels.tar.zst")
-    assert remote.describe(KEY) == f"http://10.0.0.5:41234/<base path>/{entry}/"
-    assert TOKEN not in remote.describe() + remote.describe(KEY, "kernels.tar.zst")
-    plain = k.HttpStore("http://user:pw@mirror:8080")
-    assert plain._url(KEY, "x") == f"http://user:pw@mirror:8080/{entry}/x"
-    assert plain.describe(KEY) == f"http://mirror:8080/{entry}/"
 
 
 @contextlib.contextmanager
@@ -427,25 +422,18 @@ def test_deploy_from_a_store_under_a_path_token(tmp_path):
     src = user_volume(tmp_path / "src")
     _root, files = warm_cache(src)
     served = tmp_path / "served"
-    store = k.PathStore(str(served / TOKEN))
-    k.harvest(opts(src, warmed=True), store)
+    store = PathStore(str(served / TOKEN))
+    harvest(opts(src, warmed=True), store)
     with serving(served) as port:
-        got = k.deploy(opts(tmp_path / "b", required=True), k.HttpStore(f"http://127.0.0.1:{port}/{TOKEN}/"))
-        assert got["changed"] and tree(k.cache_path(str(tmp_path / "b"), KEY)) == files
+        got = deploy(opts(tmp_path / "b", required=True), HttpStore(f"http://127.0.0.1:{port}/{TOKEN}/"))
+        assert got["changed"] and tree(cache_path(str(tmp_path / "b"), KEY)) == files
         assert TOKEN not in json.dumps(got)
-        marker = json.loads(pathlib_bytes(k.marker_path(str(tmp_path / "b"), KEY)))
+        marker = json.loads(pathlib_bytes(marker_path(str(tmp_path / "b"), KEY)))
         assert marker["source"].startswith(f"store http://127.0.0.1:{port}/<base path>/Qwen3-32B/")
         assert TOKEN not in json.dumps(marker)
         # Without the token the store holds nothing.
-        missing = k.deploy(opts(tmp_path / "c"), k.HttpStore(f"http://127.0.0.1:{port}/"))
+        missing = deploy(opts(tmp_path / "c"), HttpStore(f"http://127.0.0.1:{port}/"))
         assert missing["missing"] and not missing["changed"]
-        with pytest.raises(k.KernelError) as info:
-            k.deploy(opts(tmp_path / "d", required=True), k.HttpStore(f"http://127.0.0.1:{port}/{'0' * 32}/"))
+        with pytest.raises(KernelError) as info:
+            deploy(opts(tmp_path / "d", required=True), HttpStore(f"http://127.0.0.1:{port}/{'0' * 32}/"))
         assert "0" * 32 not in str(info.value)
-
-
-@pytest.mark.parametrize("url", ["http://:8080/", "http://user@/", "http://user:pw@:8080/x/"])
-def test_a_store_url_without_a_host_is_refused_by_name(url):
-    with pytest.raises(k.KernelError, match="names no host") as err:
-        k.HttpStore(url)
-    assert "pw" not in str(err.value)
