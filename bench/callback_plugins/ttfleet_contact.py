@@ -1,7 +1,8 @@
 """Benchmark aid (bench/idempotence.py), never shipped: counts, per host, the task results that contacted the host.
 
 A result contacted the host unless its task was skipped, ran a controller-only action (assert, debug, set_fact, meta,
-include/import, ...) or was delegated to localhost. Written as JSON to $TTFLEET_CONTACT_FILE when the play ends.
+include/import, ...) or was delegated to localhost. Written as JSON to $TTFLEET_CONTACT_FILE when the play ends;
+with $TTFLEET_CONTACT_TASKS set, each host also lists the names of its tasks with host contact ("tasks").
 """
 
 from __future__ import annotations
@@ -42,7 +43,10 @@ class CallbackModule(CallbackBase):
         task = result._task
         action = task.action.rsplit(".", 1)[-1]
         delegated = task.delegate_to in ("localhost", "127.0.0.1")
-        host["controller" if action in CONTROLLER_ONLY or delegated else "contact"] += 1
+        kind = "controller" if action in CONTROLLER_ONLY or delegated else "contact"
+        host[kind] += 1
+        if kind == "contact" and os.environ.get("TTFLEET_CONTACT_TASKS"):
+            host.setdefault("tasks", []).append(task.get_name())
 
     def v2_runner_on_ok(self, result):
         self._count(result, "ok")

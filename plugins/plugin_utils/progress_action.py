@@ -13,7 +13,9 @@ status file it created are removed at the end.
 
 Check mode and tasks with their own ``async:`` run the module as usual (check mode moves no bytes; an
 ``async`` task is polled by Ansible itself), and so does a connection with native async such as mitogen's, whose
-jobs this plugin cannot poll.
+jobs this plugin cannot poll. So does a task whose ``ttfleet_progress`` variable is false: a role sets it on a task
+its plan says moves no bytes (a converged volume), which then costs one module run instead of the job's launch,
+polls and clean-up.
 
 The job's time limit is ``ttfleet_job_limit`` seconds (24 hours when the variable is not set). The module ends on
 its own well before a stalled or dripping origin could hold it that long: every request it makes has a stall limit
@@ -33,6 +35,7 @@ import shlex
 import time
 
 from ansible.errors import AnsibleActionFail
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
@@ -46,6 +49,8 @@ INTERVAL_VAR = "ttfleet_progress_interval"
 # Due every 25 s, a line is never more than 30 s after the previous one (a poll of the job can delay it).
 DEFAULT_INTERVAL = 25.0
 JOB_LIMIT_VAR = "ttfleet_job_limit"
+# False: run the module as a plain task, without progress lines (nothing to report).
+PROGRESS_VAR = "ttfleet_progress"
 # The async wrapper kills its job after this many seconds (the default of ttfleet_job_limit). Every request of
 # the module is bounded by its own deadline, so this only stops work that is legitimately slow: at 1 MiB/s, the
 # slowest rate a file's deadline allows, 24 hours move about 84 GiB.
@@ -184,7 +189,9 @@ class ProgressAction(ActionBase):
         # A connection with native async (mitogen's) runs async jobs its own way: the job files and the async
         # wrapper this plugin polls do not exist there, so the module runs as a plain task, without progress lines.
         native = self._connection.has_native_async is True
-        if self._task.async_val or self._play_context.check_mode or native or self._runs_sync(self._task.args):
+        quiet = PROGRESS_VAR in task_vars and not boolean(self._templar.template(task_vars[PROGRESS_VAR]), strict=False)
+        plain = self._play_context.check_mode or native or quiet or self._runs_sync(self._task.args)
+        if self._task.async_val or plain:
             wrap = bool(self._task.async_val) and not native
             result.update(self._execute_module(task_vars=task_vars, wrap_async=wrap))
             if not wrap:

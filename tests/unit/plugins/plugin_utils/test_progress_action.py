@@ -219,6 +219,36 @@ def test_a_connection_with_native_async_runs_the_module_as_a_plain_task():
     assert calls == [False] and removed == ["/tmp/ansible-tmp-1"]
 
 
+@pytest.mark.parametrize(
+    ("value", "plain"), [(False, True), ("False", True), ("no", True), (True, False), ("true", False)]
+)
+def test_ttfleet_progress_false_runs_the_module_as_a_plain_task(value, plain):
+    """A task the plan says moves no bytes sets ttfleet_progress false: one module run, no job to launch and poll."""
+    plugin = _plugin()
+    plugin._task.args = {"dest": "/v/weights/m", "repo_id": "o/m"}
+    plugin._play_context = mock.Mock(check_mode=False)
+    plugin._templar = mock.Mock(template=lambda value: value)
+    plugin._connection = mock.Mock(has_native_async=False)
+    plugin._connection._shell.tmpdir = "/tmp/ansible-tmp-2"
+    calls = []
+    plugin._execute_module = lambda task_vars=None, wrap_async=False: calls.append(wrap_async) or {"changed": False}
+    plugin._remove_tmp_path = lambda path: None
+    plugin._launch = lambda args, task_vars: (calls.append("job"), (None, {"failed": True, "msg": "launched"}))[1]
+    plugin._make_status_dir = lambda: "/tmp/ttfleet-progress.q"
+    plugin._cleanup = lambda jid, status_dir, task_vars: None
+    with mock.patch.object(act.ActionBase, "run", return_value={}):
+        plugin.run(task_vars={"inventory_hostname": "h", "ttfleet_progress": value})
+    assert calls == ([False] if plain else ["job"])
+
+
+def test_model_weights_source_none_moves_no_bytes_and_runs_as_usual():
+    from ansible_collections.ttfleet.inference.plugins.action import model_weights
+
+    plugin = model_weights.ActionModule.__new__(model_weights.ActionModule)
+    assert plugin._runs_sync({"source": "none"}) and not plugin._runs_sync({"source": "hf"})
+    assert not plugin._runs_sync({})
+
+
 def test_credentials_in_the_s3_endpoint_are_refused_on_the_controller():
     act.refuse_url_credentials({"s3_endpoint": "https://s3.lab:9000"})
     act.refuse_url_credentials({})
