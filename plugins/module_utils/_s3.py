@@ -422,6 +422,20 @@ class S3Client:
                 self._context.check_hostname = False
                 self._context.verify_mode = ssl.CERT_NONE
 
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> S3Client:
+        """The client of a module's S3 options (``_s3_options.S3_OPTIONS``) and its ``timeout``."""
+        return cls(
+            options["s3_endpoint"],
+            options["s3_access_key"],
+            options["s3_secret_key"],
+            region=options.get("s3_region") or DEFAULT_REGION,
+            session_token=options.get("s3_session_token") or None,
+            ca_bundle=options.get("s3_ca_bundle"),
+            verify=options.get("s3_verify", True) is not False,
+            timeout=options.get("timeout") or 60,
+        )
+
     def __repr__(self) -> str:
         return f"S3Client({self.endpoint!r}, region={self.region!r})"
 

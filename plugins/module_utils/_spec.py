@@ -914,6 +914,16 @@ def load_catalog(
 # Selection
 
 
+def load_params_catalog(params: Mapping[str, Any], checkout: str | None) -> JSON:
+    """``load_catalog`` of a module's spec source options (SPEC_SOURCE_OPTIONS): ``checkout``, or their spec_file."""
+    return load_catalog(
+        tt_inference_server_dir=checkout,
+        spec_file=params["spec_file"],
+        python=params["python"],
+        model_specs_env=params["model_specs_env"],
+    )
+
+
 def _ensure_catalog(specs: object) -> JSON:
     if isinstance(specs, dict) and "source" in specs and "model_specs" in specs:
         return specs
@@ -1226,6 +1236,12 @@ def override_image(spec: Mapping[str, Any], image: str | None) -> Mapping[str, A
     if parsed is not None:
         spec["version"] = ".".join(str(part) for part in parsed)
     return spec
+
+
+def resolve_params(specs: Mapping[str, Any], params: Mapping[str, Any], volume_root: str | None = None) -> JSON:
+    """``resolve`` for a module's ``model``, ``device``, ``impl``, ``engine`` and ``image`` options."""
+    entry = {"name": params["model"], "impl": params["impl"], "engine": params["engine"], "image": params.get("image")}
+    return resolve_entry(specs, entry, params["device"], volume_root=volume_root)
 
 
 def resolve_entry(

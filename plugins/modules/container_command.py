@@ -295,7 +295,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
     SPEC_SOURCE_OPTIONS,
     SpecError,
     default_checkout,
-    load_catalog,
+    load_params_catalog,
     select_spec,
     validate_inputs,
 )
@@ -331,12 +331,7 @@ def main():
             module.warn(
                 f"name {params['name']!r} is not a valid container name; using {sanitise_name(params['name'])!r}."
             )
-        catalog = load_catalog(
-            tt_inference_server_dir=default_checkout(params["tt_inference_server_dir"], params["spec_file"]),
-            spec_file=params["spec_file"],
-            python=params["python"],
-            model_specs_env=params["model_specs_env"],
-        )
+        catalog = load_params_catalog(params, default_checkout(params["tt_inference_server_dir"], params["spec_file"]))
         spec = select_spec(catalog, params["model"], params["device"], impl=params["impl"], engine=params["engine"])
         result = container_command(
             spec,

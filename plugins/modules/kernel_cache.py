@@ -361,16 +361,7 @@ def _store(params):
     if params["store"] == "http":
         return HttpStore(params["store_url"], params["timeout"])
     try:
-        client = S3Client(
-            params["s3_endpoint"],
-            params["s3_access_key"],
-            params["s3_secret_key"],
-            region=params["s3_region"],
-            session_token=params["s3_session_token"],
-            ca_bundle=params["s3_ca_bundle"],
-            verify=params["s3_verify"],
-            timeout=params["timeout"],
-        )
+        client = S3Client.from_options(params)
     except S3Error as exc:
         raise KernelError(str(exc)) from None
     spool = params["spool"] or os.path.join(params["volume"], "tt_metal_cache")

@@ -26,18 +26,24 @@ description:
     O(disk_margin_gb), or the module fails before any byte moves.
   - With O(weights=false) only the specs and kernel keys are reported (the harvest of kernel caches needs no more).
   - Read-only; never changes anything.
+author:
+  - ttfleet.inference maintainers (@ttfleet)
+seealso:
+  - module: ttfleet.inference.model_weights
+  - module: ttfleet.inference.volume_facts
+  - module: ttfleet.inference.model_spec
 extends_documentation_fragment:
   - ttfleet.inference.attributes
   - ttfleet.inference.weights_source
 attributes:
+  idempotent:
+    support: full
+  diff_mode:
+    support: none
   check_mode:
     support: full
     details:
       - Runs the same in check mode; it writes nothing in either.
-  diff_mode:
-    support: none
-  idempotent:
-    support: full
 options:
   models:
     description:
@@ -110,12 +116,6 @@ options:
     description: Plan the volumes and the weights. V(false) reports only the specs and kernel keys.
     type: bool
     default: true
-seealso:
-  - module: ttfleet.inference.model_weights
-  - module: ttfleet.inference.volume_facts
-  - module: ttfleet.inference.model_spec
-author:
-  - ttfleet.inference maintainers (@ttfleet)
 """
 
 EXAMPLES = r"""
@@ -235,7 +235,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
     MODEL_SPECS_ENVS,
     SpecError,
     default_checkout,
-    load_catalog,
+    load_params_catalog,
     resolve_entry,
     validate_inputs,
 )
@@ -274,12 +274,7 @@ def _weights_planner(params):
 def plan(params, warn):
     root = os.path.normpath(check_path_text(params["volume_root"], "volume_root"))
     checkout = default_checkout(params["tt_inference_server_dir"], params["spec_file"])
-    catalog = load_catalog(
-        tt_inference_server_dir=checkout,
-        spec_file=params["spec_file"],
-        python=params["python"],
-        model_specs_env=params["model_specs_env"],
-    )
+    catalog = load_params_catalog(params, checkout)
     for warning in catalog.get("warnings", []):
         warn(warning)
     host = params["host"] or os.uname().nodename

@@ -406,8 +406,8 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
     SpecError,
     default_checkout,
     list_models,
-    load_catalog,
-    resolve,
+    load_params_catalog,
+    resolve_params,
     validate_inputs,
 )
 
@@ -434,12 +434,7 @@ def main():
             volume_root=params["volume_root"],
             image=params["image"],
         )
-        catalog = load_catalog(
-            tt_inference_server_dir=default_checkout(params["tt_inference_server_dir"], params["spec_file"]),
-            spec_file=params["spec_file"],
-            python=params["python"],
-            model_specs_env=params["model_specs_env"],
-        )
+        catalog = load_params_catalog(params, default_checkout(params["tt_inference_server_dir"], params["spec_file"]))
         source = {
             "spec_source": catalog["source"],
             "spec_path": catalog["path"],
@@ -449,15 +444,7 @@ def main():
         if params["list"]:
             result = {"models": list_models(catalog, device=params["device"], model=params["model"])}
         else:
-            result = resolve(
-                catalog,
-                params["model"],
-                params["device"],
-                impl=params["impl"],
-                engine=params["engine"],
-                volume_root=params["volume_root"],
-                image=params["image"],
-            )
+            result = resolve_params(catalog, params, volume_root=params["volume_root"])
     except SpecError as exc:
         module.fail_json(msg=str(exc))
     for warning in catalog.get("warnings", []):

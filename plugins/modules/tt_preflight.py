@@ -264,7 +264,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._preflight impor
 from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
     SPEC_SOURCE_OPTIONS,
     SpecError,
-    load_catalog,
+    load_params_catalog,
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import VolumeError
 
@@ -308,12 +308,7 @@ def main():
                     "no device to select the model specs for: set device (the declared tt-inference-server device) "
                     f"or fix the board detection ({facts.get('implied_device_reason') or 'no boards'})."
                 )
-            catalog = load_catalog(
-                tt_inference_server_dir=params["tt_inference_server_dir"],
-                spec_file=params["spec_file"],
-                python=params["python"],
-                model_specs_env=params["model_specs_env"],
-            )
+            catalog = load_params_catalog(params, params["tt_inference_server_dir"])
             for warning in catalog.get("warnings", []):
                 module.warn(warning)
             summaries, scan_warnings = model_summaries(

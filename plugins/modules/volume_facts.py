@@ -334,8 +334,8 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
     SPEC_SOURCE_OPTIONS,
     SpecError,
     default_checkout,
-    load_catalog,
-    resolve,
+    load_params_catalog,
+    resolve_params,
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import (
     VolumeError,
@@ -368,23 +368,10 @@ def main():
         checkout = None
         if params["model"]:
             checkout = default_checkout(params["tt_inference_server_dir"], params["spec_file"])
-            catalog = load_catalog(
-                tt_inference_server_dir=checkout,
-                spec_file=params["spec_file"],
-                python=params["python"],
-                model_specs_env=params["model_specs_env"],
-            )
+            catalog = load_params_catalog(params, checkout)
             for warning in catalog.get("warnings", []):
                 module.warn(warning)
-            derived = resolve(
-                catalog,
-                params["model"],
-                params["device"],
-                impl=params["impl"],
-                engine=params["engine"],
-                volume_root=root,
-                image=params["image"],
-            )
+            derived = resolve_params(catalog, params, volume_root=root)
         volumes, warnings = scan_roots(roots, sizes=params["sizes"])
         result = {"changed": False, "roots": roots, "volumes": volumes, "candidates": []}
         if derived is not None:

@@ -33,7 +33,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
     from typing import IO, Any, Protocol, TypedDict
 
     from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import Owner
@@ -89,6 +89,25 @@ def _abort(proc: subprocess.Popen[bytes], thread: threading.Thread) -> None:
     proc.kill()
     thread.join()
     proc.wait()
+
+
+@contextlib.contextmanager
+def _piped(proc: subprocess.Popen[bytes], thread: threading.Thread, dirs: _OneDir) -> Iterator[None]:
+    """The body that streams through a zstd pipe: any error stops the pipe and its thread; ``dirs`` is closed either
+    way. Afterwards the caller waits for zstd with ``_finish``."""
+    try:
+        yield
+    except BaseException:
+        _abort(proc, thread)
+        raise
+    finally:
+        dirs.close()
+
+
+def _finish(proc: subprocess.Popen[bytes], thread: threading.Thread) -> int:
+    """zstd's exit code, once the thread that fed or drained it is done."""
+    thread.join()
+    return proc.wait()
 
 
 class _OneDir:
@@ -160,7 +179,7 @@ def pack(
     thread = threading.Thread(target=drain, daemon=True)
     thread.start()
     dirs = _OneDir(cache_fd, lambda base, rel: open_relative(base, rel, where))
-    try:
+    with _piped(proc, thread, dirs):
         with tarfile.open(fileobj=proc.stdin, mode="w|", format=tarfile.PAX_FORMAT) as tar:
             for rel, kind, size, _mtime, mode in scan["entries"]:
                 info = _tarinfo(rel, kind, size, mode)
@@ -189,13 +208,7 @@ def pack(
                 if progress is not None:
                     progress.advance(size, rel)
         cast("IO[bytes]", proc.stdin).close()
-    except BaseException:
-        _abort(proc, thread)
-        raise
-    finally:
-        dirs.close()
-    thread.join()
-    rc = proc.wait()
+    rc = _finish(proc, thread)
     if state["error"] is not None:
         raise KernelError(f"writing the archive of {where} failed: {state['error']}")
     if rc != 0:
@@ -283,51 +296,48 @@ def unpack(
     thread.start()
     files = total = 0
     dirs = _OneDir(staging_fd, lambda base, rel: makedirs(base, rel, DIR_MODE, owner))
-    try:
-        with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
-            for member in tar:
-                parts = _member_parts(member.name)
-                if member.isdir():
-                    dirs.get("/".join(parts))
-                    continue
-                if not member.isfile():
-                    raise KernelError(
-                        f"the archive holds {member.name!r}, which is not a regular file or directory; refused"
+    with _piped(proc, thread, dirs):
+        try:
+            with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+                for member in tar:
+                    parts = _member_parts(member.name)
+                    if member.isdir():
+                        dirs.get("/".join(parts))
+                        continue
+                    if not member.isfile():
+                        raise KernelError(
+                            f"the archive holds {member.name!r}, which is not a regular file or directory; refused"
+                        )
+                    total += member.size
+                    if total > max_bytes:
+                        raise KernelError(
+                            f"the archive unpacks to more than the {max_bytes} bytes its manifest states"
+                        )
+                    mode = EXEC_MODE if member.mode & 0o111 else FILE_MODE
+                    fd = os.open(
+                        parts[-1],
+                        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                        0o600,
+                        dir_fd=dirs.get("/".join(parts[:-1])),
                     )
-                total += member.size
-                if total > max_bytes:
-                    raise KernelError(f"the archive unpacks to more than the {max_bytes} bytes its manifest states")
-                mode = EXEC_MODE if member.mode & 0o111 else FILE_MODE
-                fd = os.open(
-                    parts[-1],
-                    os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                    0o600,
-                    dir_fd=dirs.get("/".join(parts[:-1])),
-                )
-                with os.fdopen(fd, "wb") as out:
-                    # A regular file (member.isfile() above): extractfile never returns None for one.
-                    shutil.copyfileobj(cast("IO[bytes]", tar.extractfile(member)), out, CHUNK)
-                    out.flush()
-                    set_attrs(fd, mode, owner)
-                files += 1
-        # Read to the end, so the hash covers the whole archive (tar pads past its end-of-archive blocks).
-        while cast("IO[bytes]", proc.stdout).read(CHUNK):
-            pass
-    except tarfile.TarError as exc:
-        _abort(proc, thread)
-        if state["error"] is not None:
-            # The stream was cut (too long, too slow, broken): that, not the torn tar, is the cause.
-            raise _read_failure(state["error"]) from None
-        raise KernelError(
-            f"the archive is not a readable tar.zst ({exc}); remove the store entry and harvest again"
-        ) from None
-    except BaseException:
-        _abort(proc, thread)
-        raise
-    finally:
-        dirs.close()
-    thread.join()
-    rc = proc.wait()
+                    with os.fdopen(fd, "wb") as out:
+                        # A regular file (member.isfile() above): extractfile never returns None for one.
+                        shutil.copyfileobj(cast("IO[bytes]", tar.extractfile(member)), out, CHUNK)
+                        out.flush()
+                        set_attrs(fd, mode, owner)
+                    files += 1
+            # Read to the end, so the hash covers the whole archive (tar pads past its end-of-archive blocks).
+            while cast("IO[bytes]", proc.stdout).read(CHUNK):
+                pass
+        except tarfile.TarError as exc:
+            _abort(proc, thread)
+            if state["error"] is not None:
+                # The stream was cut (too long, too slow, broken): that, not the torn tar, is the cause.
+                raise _read_failure(state["error"]) from None
+            raise KernelError(
+                f"the archive is not a readable tar.zst ({exc}); remove the store entry and harvest again"
+            ) from None
+    rc = _finish(proc, thread)
     if state["error"] is not None:
         raise _read_failure(state["error"])
     if rc != 0:

@@ -150,16 +150,7 @@ def _manifest_source(
         if missing:
             raise WeightsError(f"source s3 needs {', '.join(missing)}; set them (keep the keys in a vault)")
         try:
-            client = S3Client(
-                options["s3_endpoint"],
-                options["s3_access_key"],
-                options["s3_secret_key"],
-                region=options.get("s3_region") or "us-east-1",
-                session_token=options.get("s3_session_token") or None,
-                ca_bundle=options.get("s3_ca_bundle"),
-                verify=options.get("s3_verify", True) is not False,
-                timeout=options.get("timeout") or 60,
-            )
+            client = S3Client.from_options(options)
         except S3Error as exc:
             raise WeightsError(str(exc)) from None
         files_at = S3Files(client, options["s3_bucket"], options.get("s3_prefix"), repo_id, revision)

@@ -206,7 +206,7 @@ def test_each_model_is_resolved_once_from_one_catalog(tmp_path, capsys, monkeypa
         calls["resolve"].append((entry["name"], device))
         return real_resolve(catalog, entry, device, **kwargs)
 
-    monkeypatch.setattr(module, "load_catalog", load)
+    monkeypatch.setattr(_spec, "load_catalog", load)
     monkeypatch.setattr(module, "resolve_entry", resolve)
     source = _weights(tmp_path / "nfs" / LLAMA)
     models = [{"name": LLAMA, "path": str(source)}, {"name": "Qwen3-32B", "device": "p300x2", "path": str(source)}]
