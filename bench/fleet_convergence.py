@@ -78,7 +78,8 @@ def one(n):
         ]
     )
     start = time.perf_counter()
-    output = run([os.path.join(BIN, "ansible-playbook"), "-i", "inventories/lab", "site.yml"])
+    # -v: the plan of the model weights (the peer bytes below) is printed from verbosity 1 on.
+    output = run([os.path.join(BIN, "ansible-playbook"), "-v", "-i", "inventories/lab", "site.yml"])
     wall = time.perf_counter() - start
     with open(os.path.join(STATE, "origin.jsonl")) as handle:
         log = [json.loads(line) for line in handle if line.strip()]
