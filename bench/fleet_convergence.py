@@ -30,7 +30,8 @@ STATE = os.path.join(ROOT, ".cache", "hf-mirror")
 REPO = "meta-llama/Llama-3.2-1B-Instruct"
 # One model of the plan model_cache prints ("Show the plan of the model weights"): "<model>: <source>, <bytes> bytes
 # to fetch into <volume>...".
-PLAN_ITEM = re.compile(r"[\"'][^\"':]+: (\S+), (\d+) bytes to fetch into ")
+# A long line may be folded by the YAML callback: any whitespace between the words.
+PLAN_ITEM = re.compile(r"[\"'][^\"':]+:\s+(\S+),\s+(\d+)\s+bytes\s+to\s+fetch\s")
 IMAGE = "ghcr.io/tenstorrent/tt-inference-server/vllm-tt-metal-src-release-ubuntu-22.04-amd64:0.11.1-84b4c53-222ee06"
 ENV = dict(
     os.environ,
