@@ -14,7 +14,6 @@ from __future__ import annotations
 import glob
 import json
 import os
-import re
 from typing import TYPE_CHECKING
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._reuse import annotate_candidates, release_commits
@@ -24,6 +23,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
     load_checkout,
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import expected_volume, select_candidates
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import is_commit_sha
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -35,7 +35,6 @@ if TYPE_CHECKING:
 SOURCES = ("preseeded", "hf", "path", "s3")
 # Sources whose bytes are listed at an origin and fetched.
 FETCHING = ("hf", "path", "s3")
-_COMMIT_RE = re.compile(r"^[0-9a-f]{40}\Z")
 GIB = 1 << 30
 
 
@@ -156,16 +155,16 @@ def source_reasons(
         preseeded = (False, f"{expected['path']} exists and is not a volume of complete weights placed by hand")
     else:
         preseeded = (False, "no volume with complete weights of the model under the search roots")
+    unpinned = (False, "the tt_models entry has no revision")
+    if not s3_bucket:
+        s3 = (False, "no model_cache_s3_bucket")
+    else:
+        s3 = (True, f"bucket {s3_bucket}, {rev_text}") if pinned else unpinned
     return {
         "preseeded": preseeded,
-        "hf": (True, f"{rev_text} of the repository") if pinned else (False, "the tt_models entry has no revision"),
+        "hf": (True, f"{rev_text} of the repository") if pinned else unpinned,
         "path": (True, f"the copy at {path}") if path else (False, "no path in the entry or model_cache_path"),
-        "s3": (
-            (bool(s3_bucket) and pinned),
-            f"bucket {s3_bucket}, {rev_text}"
-            if s3_bucket and pinned
-            else ("no model_cache_s3_bucket" if not s3_bucket else "the tt_models entry has no revision"),
-        ),
+        "s3": s3,
     }
 
 
@@ -263,7 +262,7 @@ def plan_model(
         "volume": expected["path"],
         "complete": bool(weights_plan.get("complete", True)) if fetching else True,
         # Only a pinned commit of a repository is the same bytes on every host.
-        "shareable": bool(fetching and options.get("peers") and source != "path" and _COMMIT_RE.match(revision)),
+        "shareable": bool(fetching and options.get("peers") and source != "path" and is_commit_sha(revision)),
         "bytes": int(weights_plan.get("bytes_to_fetch") or 0) if fetching else 0,
         "bytes_needed": int(weights.get("bytes_needed") or 0) if fetching else 0,
         "fs_device": filesystem.get("device") if fetching else None,

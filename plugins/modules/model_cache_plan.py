@@ -218,6 +218,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._cache_plan import (
+    SOURCES,
     PlanError,
     disk_shortfalls,
     kernel_key,
@@ -286,7 +287,7 @@ def plan(params, warn):
         for warning in warnings:
             warn(warning)
         releases = other_releases(params["release_dirs"], checkout)
-    planner = _weights_planner(params)
+    planner = _weights_planner(options)
     records = []
     for index, raw in enumerate(params["models"]):
         entry = _entry(raw, index)
@@ -335,9 +336,7 @@ def main():
             spec_file=dict(type="path"),
             python=dict(type="path"),
             model_specs_env=dict(type="str", choices=list(MODEL_SPECS_ENVS), default=DEFAULT_MODEL_SPECS_ENV),
-            sources=dict(
-                type="list", elements="str", choices=["preseeded", "hf", "path", "s3"], default=["preseeded", "hf"]
-            ),
+            sources=dict(type="list", elements="str", choices=list(SOURCES), default=["preseeded", "hf"]),
             path=dict(type="str", default=""),
             peers=dict(type="bool", default=True),
             site=dict(type="str", default="default"),
