@@ -22,6 +22,11 @@ import posixpath
 import re
 from typing import TYPE_CHECKING
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._overrides import (
+    needs_runtime_spec,
+    override_cli_args,
+    strip_private,
+)
 from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
     CONTAINER_CACHE_ROOT,
     CONTAINER_HOME,
@@ -32,6 +37,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
     is_legacy_interface,
     named_volume,
     override_image,
+    parse_image_version,
     parse_version_tuple,
     volume_name,
 )
@@ -51,6 +57,7 @@ if TYPE_CHECKING:
         media_hf_home: bool
         dev_app_dirs: tuple[str, ...]
         dev_media_model_types: tuple[str, ...]
+        override_args: bool
 
 
 DEFAULT_PORT = 8000
@@ -61,6 +68,8 @@ DEFAULT_IMAGE_USER = "1000"
 ENV_FILE_DIR = "/etc/ttfleet/serve"
 
 DEVICE_PATH = "/dev/tenstorrent"
+# The images of tt-inference-server releases, whose tag starts with the release that built them.
+TTIS_IMAGE_PREFIX = "ghcr.io/tenstorrent/"
 HUGEPAGES_MOUNT = "type=bind,src=/dev/hugepages-1G,dst=/dev/hugepages-1G"
 READONLY_WEIGHTS_MOUNT = CONTAINER_HOME + "/readonly_weights_mount"
 # Media and forge servers (uvicorn and the C++ server) always listen on 8000 inside the container.
@@ -97,6 +106,7 @@ _CPP_NEEDS_DEVICE = (0, 16, 0)  # C++ server only on the devices of its table (v
 _MEDIA_HF_HOME = (0, 19, 0)  # HF_HOME on the cache_root volume for media/forge
 _DEV_REFERENCE_CONFIG = (0, 19, 0)  # --dev-mode mounts reference_config/ instead of benchmarking/ and evals/
 _DEV_TRAINING_MEDIA = (0, 20, 0)  # --dev-mode counts TRAINING specs as media server specs
+_OVERRIDE_ARGS = (0, 17, 0)  # --vllm-override-args reaches a vLLM container as its arguments (_vllm_override_cli_args)
 
 # run.py --dev-mode --docker-server (v0.16.0 and later, generate_docker_run_command): the resolved spec goes into the
 # container as a read-only JSON named by RUNTIME_MODEL_SPEC_JSON_PATH, which the vLLM entrypoint reads instead of the
@@ -130,6 +140,7 @@ def _rules(release_version: object) -> Rules:
         if since(_DEV_REFERENCE_CONFIG)
         else ("benchmarking", "evals", "utils", "tests"),
         "dev_media_model_types": _DEV_MEDIA_MODEL_TYPES + (("TRAINING",) if since(_DEV_TRAINING_MEDIA) else ()),
+        "override_args": since(_OVERRIDE_ARGS),
     }
 
 
@@ -316,7 +327,7 @@ def _dev_mounts(
 
 def _runtime_model_spec(spec: Mapping[str, Any], port: int) -> JSON:
     """The spec as run.py --dev-mode writes it for the container (ModelSpec.apply_overrides: port)."""
-    runtime = dict(spec)
+    runtime = strip_private(spec)
     dms = dict(runtime.get("device_model_spec") or {})
     dms["vllm_args"] = {**(dms.get("vllm_args") or {}), "port": str(port)}
     runtime["device_model_spec"] = dms
@@ -337,6 +348,7 @@ def container_command(
     name: str | None = None,
     host_weights_dir: str | None = None,
     runtime_spec_file: str | None = None,
+    tuning: Mapping[str, Any] | None = None,
 ) -> JSON:
     """The ``docker run`` argv that serves ``spec``, as run.py --docker-server prints it.
 
@@ -345,7 +357,17 @@ def container_command(
     spec's own image), ``inference_engine`` and ``runtime_model_spec`` (for a spec of the dev catalog,
     the JSON document to write to ``runtime_spec_file``, else None). Raises SpecError for what run.py
     would refuse.
+
+    ``spec`` has its tuning applied already (_spec.select_entry); ``tuning`` (from _overrides.check_tuning) adds
+    the container arguments of ``--vllm-override-args``, as run.py does for vLLM images. Where those arguments
+    cannot carry the tuning (a removal, the TT config, extra environment) or the spec is not in the image's
+    catalog (a runtime model spec), a vLLM container gets the resolved spec as run.py --dev-mode passes it: a
+    read-only JSON named by RUNTIME_MODEL_SPEC_JSON_PATH, which the image's entrypoint reads instead of its own
+    catalog. run.py itself does neither: there the TT config and removals never reach the container, and a model
+    outside the image's catalog does not start.
     """
+    tuning = tuning or {}
+    runtime_source = catalog is not None and catalog.get("source") == "runtime_model_spec"
     catalog = catalog or {}
     dev = catalog.get("model_specs_env") == "dev"
     if image is not None:
@@ -363,6 +385,12 @@ def container_command(
     image = derived["docker_image"]
     version = derived["version"]
     own_legacy = is_legacy_interface(spec.get("inference_engine") or "vLLM", spec.get("version"))
+    if runtime_source:
+        # A model package's version names its volume, not a tt-inference-server interface: only the tag of a
+        # tt-inference-server image tells that (parse_image_version); any other image has the current interface.
+        run_image = image or spec.get("docker_image") or ""
+        tag_version = parse_image_version(run_image) if run_image.startswith(TTIS_IMAGE_PREFIX) else None
+        own_legacy = False
     release = catalog.get("release_version")
     release_label = f"v{release}" if release else "of this release"
     if catalog.get("legacy_layout"):
@@ -379,7 +407,10 @@ def container_command(
         )
     engine = derived["inference_engine"]
     rules = _rules(release)
-    if is_legacy_interface(engine, version):
+    legacy = is_legacy_interface(engine, version)
+    if runtime_source:
+        legacy = tag_version is not None and is_legacy_interface(engine, ".".join(map(str, tag_version)))
+    if legacy:
         raise SpecError(_legacy_message(derived, image, version, release_label))
 
     port = _port(port)
@@ -433,6 +464,22 @@ def container_command(
         mounts, env["RUNTIME_MODEL_SPEC_JSON_PATH"] = _dev_mounts(catalog, spec, derived, rules, runtime_spec_file)
         argv += mounts
         runtime_model_spec = {"runtime_model_spec": _runtime_model_spec(run_spec, port)}
+    elif engine == "vLLM" and (
+        runtime_source
+        or needs_runtime_spec(tuning)
+        # Before v0.17.0 run.py passed no override to the container at all.
+        or (tuning.get("vllm_override_args") and not rules["override_args"])
+    ):
+        if not runtime_spec_file:
+            raise SpecError(
+                f"{derived['model_name']}: its tuning or its own spec reaches the container only as a runtime model "
+                "spec JSON (RUNTIME_MODEL_SPEC_JSON_PATH); set runtime_spec_file to where that file is written on "
+                "the host (the returned runtime_model_spec)."
+            )
+        spec_path = _absolute_path(runtime_spec_file, "runtime_spec_file", mount=True)
+        env["RUNTIME_MODEL_SPEC_JSON_PATH"] = f"{DEV_SPEC_DIR}/{posixpath.basename(spec_path)}"
+        argv += ["--mount", f"type=bind,src={spec_path},dst={env['RUNTIME_MODEL_SPEC_JSON_PATH']},readonly"]
+        runtime_model_spec = {"runtime_model_spec": _runtime_model_spec(run_spec, port)}
     for key, value in env.items():
         if value:
             argv += ["-e", f"{key}={value}"]
@@ -444,6 +491,8 @@ def container_command(
             argv.append("--no-auth")
         if port != DEFAULT_PORT:
             argv += ["--service-port", str(port)]
+    if engine == "vLLM" and rules["override_args"]:
+        argv += override_cli_args(tuning.get("vllm_override_args"))
 
     return {
         "argv": argv,

@@ -32,6 +32,14 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING, cast
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._overrides import (
+    TuningError,
+    apply_overrides,
+    check_tuning,
+    runtime_catalog,
+    runtime_spec,
+    strip_private,
+)
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
     SafeFileError,
     opened_dir,
@@ -1118,6 +1126,10 @@ def derive(spec: Mapping[str, Any], catalog: Mapping[str, Any] | None = None, vo
         mesh = spec_mesh(spec, catalog)
     except SpecError as exc:
         raise SpecError(f"{where}: {exc}") from None
+    ours = spec.get("ttfleet") or {}
+    if ours.get("cache_variant"):
+        # A profile that compiles other programs keeps its kernel cache beside the spec's own.
+        mesh = f"{mesh}-{ours['cache_variant']}"
     mesh = _check_component(mesh, "mesh", where)
     _check_argument(spec["hf_model_repo"], "hf_model_repo", where, allow_org=True)
     for key in ("hf_weights_repo", "docker_image"):
@@ -1189,6 +1201,8 @@ def derive(spec: Mapping[str, Any], catalog: Mapping[str, Any] | None = None, vo
         "uses_tensor_model_cache": spec.get("uses_tensor_model_cache", True),
         "spec_source": catalog.get("source"),
         "spec_path": catalog.get("path"),
+        "profile": ours.get("profile"),
+        "override_tt_config": dict(dms.get("override_tt_config") or {}),
     }
 
 
@@ -1244,19 +1258,71 @@ def resolve_params(specs: Mapping[str, Any], params: Mapping[str, Any], volume_r
     return resolve_entry(specs, entry, params["device"], volume_root=volume_root)
 
 
+def entry_tuning(entry: Mapping[str, Any]) -> JSON:
+    """The checked tuning of a ``tt_models`` entry (see _overrides.check_tuning); SpecError when it is bad."""
+    try:
+        return check_tuning(f"tt_models entry {entry.get('name')}", entry)
+    except TuningError as exc:
+        raise SpecError(str(exc)) from None
+
+
+def select_entry(
+    specs: Mapping[str, Any], entry: Mapping[str, Any], device: str, image: bool = True
+) -> tuple[JSON, JSON]:
+    """The spec a ``tt_models`` entry serves on ``device``, and the catalog it belongs to.
+
+    An entry with ``spec`` (run.py --runtime-model-spec-json, taken as is) gets a catalog of that spec alone; any
+    other entry selects from ``specs`` as run.py does. Then, as ``ModelSpec.apply_overrides``: ``image`` (unless
+    ``image`` is false, for callers that apply it themselves), ``override_tt_config``, ``vllm_override_args`` and
+    ``env``. A ``profile`` is recorded under the spec's private key ``ttfleet``; with ``kernel_cache: own`` its
+    kernel cache is kept apart (the cache leaf gets the profile's name).
+    """
+    name = entry.get("name")
+    tuning = entry_tuning(entry)
+    if entry.get("spec") not in (None, "", {}):
+        where = f"tt_models entry {name}"
+        try:
+            runtime = runtime_spec(entry["spec"], where, MESH_BY_DEVICE)
+        except TuningError as exc:
+            raise SpecError(str(exc)) from None
+        catalog = catalog_from_data(runtime_catalog(runtime, where), "runtime_model_spec", path=where)
+        # The rules of the installed release's run.py still apply (container_command).
+        if isinstance(specs, dict):
+            catalog["release_version"] = specs.get("release_version")
+        wanted = str(device or runtime["device_type"]).upper()
+        if wanted != runtime["device_type"]:
+            raise SpecError(
+                f"{where}: its spec is for device {runtime['device_type'].lower()}, but the entry serves on "
+                f"{wanted.lower()}; give a spec for {wanted.lower()} or set the entry's device."
+            )
+        if name is not None and str(name) not in (runtime["model_name"], runtime["hf_model_repo"]):
+            raise SpecError(
+                f"{where}: its spec is for {runtime['hf_model_repo']} (model_name {runtime['model_name']}); name the "
+                "entry after its spec."
+            )
+        spec: Mapping[str, Any] = strip_private(runtime)
+    else:
+        validate_inputs(name, device, impl=entry.get("impl"), engine=entry.get("engine"))
+        catalog = _ensure_catalog(specs)
+        spec = select_spec(catalog, name, device, impl=entry.get("impl"), engine=entry.get("engine"))
+    if image:
+        spec = override_image(spec, entry.get("image"))
+    out = apply_overrides(spec, tuning)
+    profile = entry.get("profile")
+    if profile not in (None, ""):
+        profile = _check_component(str(profile), "profile", f"tt_models entry {name}")
+        own = (entry.get("kernel_cache") or "own") == "own"
+        out["ttfleet"] = {"profile": profile, "cache_variant": profile if own else None}
+    return out, catalog
+
+
 def resolve_entry(
     specs: Mapping[str, Any], entry: Mapping[str, Any], device: str, volume_root: str | None = None
 ) -> JSON:
-    """``resolve`` for a ``tt_models`` entry (its ``name``, ``impl``, ``engine`` and ``image``) on ``device``."""
-    return resolve(
-        specs,
-        entry["name"],
-        device,
-        impl=entry.get("impl"),
-        engine=entry.get("engine"),
-        volume_root=volume_root,
-        image=entry.get("image"),
-    )
+    """``resolve`` for a ``tt_models`` entry on ``device``: select_entry, then derive."""
+    _volume_root(volume_root)
+    spec, catalog = select_entry(specs, entry, device)
+    return derive(spec, catalog, volume_root=volume_root)
 
 
 def validate_inputs(

@@ -105,8 +105,55 @@ options:
       - Host path of the runtime spec JSON of a dev catalog spec (see O(model_specs_env)), bind-mounted read-only at
         C(/home/container_app_user/model_specs/<its basename>) and named by E(RUNTIME_MODEL_SPEC_JSON_PATH). The caller
         writes RV(runtime_model_spec) there. Only its path is used.
-      - Required with O(model_specs_env=dev), ignored otherwise.
+      - Required with O(model_specs_env=dev), and for a vLLM image when O(spec) is given or the tuning needs it (see
+        O(vllm_override_args)); ignored otherwise.
     type: path
+  vllm_override_args:
+    description:
+      - vLLM arguments to merge into the spec (C(run.py --vllm-override-args)), a mapping or its JSON text. As in
+        C(ModelSpec.apply_overrides), a V(null) removes a key; V(max_num_seqs) and V(max_model_len) are mirrored into
+        E(MAX_NUM_SEQS) and E(MAX_MODEL_LENGTH), which media and forge images read.
+      - As from run.py v0.17.0, a vLLM container gets each key as an argument (C(--max-num-seqs 8); V(true) a bare
+        flag, V(false) and V(null) none, a list or mapping its JSON). A removal or a V(false) cannot be said that way:
+        then the container also gets the resolved spec (O(runtime_spec_file)).
+      - Keys that the container wrapper takes itself (C(model), C(tt-device), C(device), C(engine), C(impl),
+        C(no-auth), C(disable-trace-capture), C(service-port), C(port), C(host), in either C(_) or C(-) form) are
+        refused, as are values that are not JSON; run.py only warns and drops them.
+    type: raw
+  override_tt_config:
+    description:
+      - TT configuration to merge into the spec's C(override_tt_config) (C(run.py --override-tt-config)), a mapping or
+        its JSON text; a V(null) removes a key. It becomes C(vllm_args.additional_config) (C({"tt": ...})).
+      - run.py v0.20.0 merges it only in its own process, so it never reaches a docker-server container. Here a vLLM
+        container gets the resolved spec (O(runtime_spec_file)), which its entrypoint reads instead of the image's
+        catalog, so the setting takes effect.
+    type: raw
+  env:
+    description:
+      - Environment variables to add to the spec's C(env_vars), for settings such as C(TT_PD_CONNS). Not a run.py
+        option. A vLLM container reads them from the resolved spec (O(runtime_spec_file)); media and forge containers
+        get them with C(-e), as run.py passes the spec's environment to those.
+    type: dict
+  spec:
+    description:
+      - A spec from outside the catalog, in run.py's runtime model spec format (C(run.py --runtime-model-spec-json),
+        C(ModelSpec.from_json)): the fields of tt-inference-server's C(ModelSpec), or its combined file
+        C({"runtime_model_spec": ..., "runtime_config": ...}); a mapping or its JSON text. It is taken as is, with the
+        defaults C(ModelSpec) fills in; O(model) must name its model and O(device) its device.
+      - A device tt-inference-server does not know (for example V(p150x2)) needs
+        C(device_model_spec.env_vars.MESH_DEVICE).
+      - A vLLM container gets it through O(runtime_spec_file): run.py would start the container with C(--model),
+        which the image's own catalog does not know.
+    type: raw
+  profile:
+    description: Name of the serve profile the tuning comes from; recorded, and with O(kernel_cache=own) it names
+      the kernel cache directory (C(<mesh>-<profile>)).
+    type: str
+  kernel_cache:
+    description: With a O(profile), V(own) keeps its kernel cache apart from the spec's, V(shared) uses the spec's.
+    type: str
+    choices: [own, shared]
+    default: own
 notes:
   - O(model) and O(device) are required.
   - Multi-host devices (V(dual_galaxy), V(quad_galaxy)) are refused; C(run.py) starts several containers for them.
@@ -295,10 +342,14 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
     SPEC_SOURCE_OPTIONS,
     SpecError,
     default_checkout,
+    entry_tuning,
     load_params_catalog,
-    select_spec,
+    select_entry,
     validate_inputs,
 )
+
+# The options that make a tt_models entry's spec (_spec.select_entry).
+ENTRY_KEYS = ("impl", "engine", "vllm_override_args", "override_tt_config", "env", "spec", "profile", "kernel_cache")
 
 
 def main():
@@ -316,6 +367,12 @@ def main():
             "name": {"type": "str"},
             "host_weights_dir": {"type": "path"},
             "runtime_spec_file": {"type": "path"},
+            "vllm_override_args": {"type": "raw"},
+            "override_tt_config": {"type": "raw"},
+            "env": {"type": "dict"},
+            "spec": {"type": "raw"},
+            "profile": {"type": "str"},
+            "kernel_cache": {"type": "str", "choices": ["own", "shared"], "default": "own"},
         },
         mutually_exclusive=[("tt_inference_server_dir", "spec_file")],
         supports_check_mode=True,
@@ -332,10 +389,12 @@ def main():
                 f"name {params['name']!r} is not a valid container name; using {sanitise_name(params['name'])!r}."
             )
         catalog = load_params_catalog(params, default_checkout(params["tt_inference_server_dir"], params["spec_file"]))
-        spec = select_spec(catalog, params["model"], params["device"], impl=params["impl"], engine=params["engine"])
+        entry = {key: params[key] for key in ENTRY_KEYS}
+        entry["name"] = params["model"]
+        spec, spec_catalog = select_entry(catalog, entry, params["device"], image=False)
         result = container_command(
             spec,
-            catalog,
+            spec_catalog,
             volume_root=params["volume_root"],
             port=params["port"],
             bind_host=params["bind_host"],
@@ -347,6 +406,7 @@ def main():
             name=params["name"],
             host_weights_dir=params["host_weights_dir"],
             runtime_spec_file=params["runtime_spec_file"],
+            tuning=entry_tuning(entry),
         )
     except SpecError as exc:
         module.fail_json(msg=str(exc))
