@@ -14,6 +14,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import posixpath
 from typing import TYPE_CHECKING
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._reuse import annotate_candidates, release_commits
@@ -273,10 +274,15 @@ def plan_model(
         "link": candidate["reuse"] if candidate else None,
         "link_reason": candidate["reuse_reason"] if candidate else None,
     }
+    extras = [
+        _extra_work(entry, spec, expected, item, sources, options, plan_weights)
+        for item in entry.get("extra_repos") or []
+    ]
     return {
         "name": name,
         "entry": dict(entry),
         "spec": dict(spec),
+        "extras": extras,
         "volume": dict(expected),
         "candidate": candidate,
         "source": source,
@@ -288,6 +294,60 @@ def plan_model(
         "bytes_needed": work["bytes_needed"],
         "filesystem": dict(filesystem) if fetching else None,
         "work": work,
+    }
+
+
+def extra_dest(spec: Mapping[str, Any], repo: str) -> str:
+    """Where an extra repository of a model lands: ``<volume>/weights/<repository name>``, beside the model's."""
+    return posixpath.join(posixpath.dirname(spec["paths"]["weights"]), repo.rsplit("/", 1)[-1])
+
+
+def _extra_work(
+    entry: Mapping[str, Any],
+    spec: Mapping[str, Any],
+    expected: Mapping[str, Any],
+    item: Mapping[str, Any],
+    sources: Sequence[str],
+    options: Mapping[str, Any],
+    plan_weights: Callable[[Mapping[str, Any]], Mapping[str, Any]],
+) -> JSON:
+    """The work entry of an extra repository (a draft model): pinned, fetched like the main weights, shared."""
+    repo = str(item["repo"])
+    revision = str(item["revision"])
+    path = str(item.get("path") or "")
+    wanted = list(item.get("sources") or [source for source in sources if source in FETCHING])
+    source = "path" if path else next((source for source in wanted if source in ("hf", "s3")), None)
+    if source is None:
+        raise PlanError(
+            f"{options['host']}: tt_models entry {entry['name']}: extra repository {repo} has no source to fetch it "
+            f"from (sources {', '.join(sources)}); add hf or s3 to the entry's sources, or give the item a path."
+        )
+    dest = extra_dest(spec, repo)
+    request = {"dest": dest, "source": source, "repo_id": repo, "revision": revision, "path": path or None}
+    weights = plan_weights(request)
+    weights_plan = weights.get("plan") or {}
+    filesystem = weights.get("filesystem") or {}
+    return {
+        "model": f"{entry['name']}--{repo.rsplit('/', 1)[-1]}",
+        "extra_of": entry["name"],
+        "origin": source,
+        "repo_id": repo,
+        "revision": weights.get("revision") or revision,
+        "revision_arg": revision,
+        "path_arg": path,
+        "site": options.get("site") or "default",
+        "dest": dest,
+        "volume": expected["path"],
+        "complete": bool(weights_plan.get("complete", True)),
+        "shareable": bool(options.get("peers") and source != "path"),
+        "bytes": int(weights_plan.get("bytes_to_fetch") or 0),
+        "bytes_needed": int(weights.get("bytes_needed") or 0),
+        "fs_device": filesystem.get("device"),
+        "fs_path": filesystem.get("path"),
+        "fs_free": int(filesystem.get("free_bytes") or 0),
+        "alias_from": None,
+        "link": None,
+        "link_reason": None,
     }
 
 

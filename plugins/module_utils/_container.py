@@ -511,4 +511,6 @@ def container_command(
         "device": derived["device"],
         "port": port,
         "tensor_cache_timeout": derived["tensor_cache_timeout"],
+        "tt_metal_cache_subdir": derived["tt_metal_cache_subdir"],
+        "profile": derived["profile"],
     }

@@ -39,7 +39,18 @@ class TuningError(ValueError):
 # run_docker_server._RESERVED_WRAPPER_FLAGS (v0.17.0 and later): flags that run_vllm_api_server takes as its own
 # (parse_known_args) or that the orchestrator sets (port, host). As keys of vllm_override_args they are refused.
 RESERVED_WRAPPER_FLAGS = frozenset(
-    {"model", "tt-device", "device", "engine", "impl", "no-auth", "disable-trace-capture", "service-port", "port", "host"}
+    {
+        "model",
+        "tt-device",
+        "device",
+        "engine",
+        "impl",
+        "no-auth",
+        "disable-trace-capture",
+        "service-port",
+        "port",
+        "host",
+    }
 )
 # ModelSpec.apply_overrides: vllm_args mirrored into env_vars for the forge and media images.
 VLLM_ARG_TO_ENV = {"max_num_seqs": "MAX_NUM_SEQS", "max_model_len": "MAX_MODEL_LENGTH"}
@@ -64,8 +75,8 @@ MODEL_SPEC_REQUIRED = (
     "device_model_spec",
 )
 MODEL_SPEC_FIELDS = frozenset(
-    MODEL_SPEC_REQUIRED
-    + (
+    (
+        *MODEL_SPEC_REQUIRED,
         "system_requirements",
         "env_vars",
         "tt_metal_commit",
@@ -91,8 +102,8 @@ MODEL_SPEC_FIELDS = frozenset(
 )
 DEVICE_SPEC_REQUIRED = ("device", "max_concurrency", "max_context")
 DEVICE_SPEC_FIELDS = frozenset(
-    DEVICE_SPEC_REQUIRED
-    + (
+    (
+        *DEVICE_SPEC_REQUIRED,
         "max_tokens_all_users_override",
         "max_tokens_all_users",
         "perf_targets_map",
@@ -341,7 +352,7 @@ def runtime_spec(data: object, where: str, mesh_by_device: Mapping[str, str]) ->
         data = data["runtime_model_spec"]
     spec = json.loads(json.dumps(data))  # a deep copy of plain JSON
     _unknown(where, spec, MODEL_SPEC_FIELDS, "spec")
-    _need(where, spec, MODEL_SPEC_REQUIRED + ("docker_image",), "spec")
+    _need(where, spec, (*MODEL_SPEC_REQUIRED, "docker_image"), "spec")
     for key in ("impl", "device_model_spec"):
         if not isinstance(spec[key], dict):
             raise TuningError(f"{where}: spec field {key} must be a mapping, got {_show(spec[key])}.")

@@ -19,7 +19,7 @@ import re
 from collections import namedtuple
 from typing import TYPE_CHECKING, Any, cast
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._spec import resolve_entry
+from ansible_collections.ttfleet.inference.plugins.module_utils._spec import MESH_BY_DEVICE, resolve_entry
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import (
     check_path_text,
     expand_roots,
@@ -294,6 +294,9 @@ def model_summaries(
                 "counted_disk_gb": 0 if weights_path else min_disk,
                 "min_ram_gb": derived.get("min_ram_gb"),
                 "system_requirements": derived.get("system_requirements"),
+                "boards": entry.get("boards") or {},
+                "spec_source": derived.get("spec_source"),
+                "profile": derived.get("profile"),
             }
         )
     return summaries, warnings
@@ -353,9 +356,60 @@ class _Findings:
         self.flagged.add(check)
 
 
-def _check_device_type(out: _Findings, facts: Mapping[str, Any], declared: str | None) -> None:
+def required_boards(summaries: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """The boards the models ask for (a package's or entry's ``boards``, ``{type: count}``), the most of each type."""
+    wanted: dict[str, int] = {}
+    for summary in summaries:
+        boards = summary.get("boards") or {}
+        if not isinstance(boards, dict):
+            raise PreflightError(
+                f"tt_models entry {summary.get('name')}: boards {boards!r} must be a mapping of board type to count, "
+                "for example {p150: 2}."
+            )
+        for board_type, count in boards.items():
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                raise PreflightError(
+                    f"tt_models entry {summary.get('name')}: boards {board_type} = {count!r} must be a positive count."
+                )
+            kind = str(board_type).lower()
+            wanted[kind] = max(wanted.get(kind, 0), count)
+    return wanted
+
+
+def _board_counts(facts: Mapping[str, Any]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for board in facts.get("boards") or []:
+        if board.get("remote"):
+            continue
+        kind = str(board.get("type") or board.get("board_type") or "?").lower()
+        counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
+def _check_declared_boards(out: _Findings, facts: Mapping[str, Any], declared: str, wanted: Mapping[str, int]) -> None:
+    """A device tt-inference-server does not know: the boards the models' specs ask for, exactly."""
+    counts = _board_counts(facts)
+    text = ", ".join(f"{count} x {kind}" for kind, count in sorted(wanted.items()))
+    if counts != dict(wanted):
+        found = ", ".join(f"{count} x {kind}" for kind, count in sorted(counts.items())) or "none"
+        out.add(
+            "device_type",
+            f"declared device {declared} needs the boards its models' specs ask for ({text}), but tt-smi lists {found}",
+            f"install and link the boards the package describes ({text}), or serve these models on a host that has "
+            "them",
+            requirement=text,
+            measured=found,
+        )
+
+
+def _check_device_type(
+    out: _Findings, facts: Mapping[str, Any], declared: str | None, wanted: Mapping[str, int] | None = None
+) -> None:
     implied = facts.get("implied_device")
     requirement = f"device {declared}" if declared else "a known device"
+    if declared and wanted and declared.upper() not in MESH_BY_DEVICE and facts.get("boards"):
+        _check_declared_boards(out, facts, declared, wanted)
+        return
     if not facts.get("boards"):
         error = facts.get("tt_smi_error") or "tt-smi lists no devices"
         nodes = facts.get("device_nodes") or []
@@ -593,7 +647,7 @@ def evaluate(
     host = host or facts.get("hostname") or "this host"
     declared = declared_device or facts.get("declared_device")
     out = _Findings(host, levels)
-    _check_device_type(out, facts, declared)
+    _check_device_type(out, facts, declared, required_boards(summaries))
     _check_hugepages(out, facts)
     _check_hugepages_pages(out, facts)
     _check_docker(out, facts)

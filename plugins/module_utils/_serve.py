@@ -31,6 +31,23 @@ API_KEY_VARIABLE = {"vllm": "VLLM_API_KEY", "media": "API_KEY", "forge": "API_KE
 # Media servers fall back to this well-known key when API_KEY is unset; never use it.
 UPSTREAM_DEFAULT_KEYS = frozenset({"your-secret-key"})
 
+# The entry's keys an instance carries on (after ttfleet.inference.tt_model_entries applied profiles and packages).
+PASSED_KEYS = (
+    "impl",
+    "engine",
+    "image",
+    "image_archive",
+    "spec",
+    "profile",
+    "kernel_cache",
+    "vllm_override_args",
+    "override_tt_config",
+    "env",
+    "ready_log_marker",
+    "start_timeout",
+    "first_start_timeout",
+)
+
 _INSTANCE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}\Z")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 _ENV_VALUE = re.compile(r"^[\x21-\x7e]+\Z")
@@ -82,7 +99,7 @@ def plan_instances(
     Returns ``(instances, problems)``. Each instance is a dict with ``instance``, ``name``, ``index``
     (position in tt_models), ``state``, ``device`` (the entry's or ``device``), ``port`` (the entry's
     or ``base_port + index``), ``device_ids`` (empty: every board) and the entry's optional keys
-    ``impl``, ``engine``, ``image``, ``image_archive``. ``problems`` lists clashes of present instances
+    of ``PASSED_KEYS``. ``problems`` lists clashes of present instances
     (a port or a board used twice, both model names given) and names used twice.
     """
     instances: list[JSON] = []
@@ -102,8 +119,8 @@ def plan_instances(
             "port": port,
             "device_ids": sorted(int(i) for i in ids),
         }
-        for key in ("impl", "engine", "image", "image_archive"):
-            if entry.get(key) not in (None, ""):
+        for key in PASSED_KEYS:
+            if entry.get(key) not in (None, "", {}, []):
                 instance[key] = entry[key]
         if not 1 <= port <= 65535:
             problems.append(

@@ -1304,7 +1304,7 @@ def select_entry(
     else:
         validate_inputs(name, device, impl=entry.get("impl"), engine=entry.get("engine"))
         catalog = _ensure_catalog(specs)
-        spec = select_spec(catalog, name, device, impl=entry.get("impl"), engine=entry.get("engine"))
+        spec = select_spec(catalog, str(name), device, impl=entry.get("impl"), engine=entry.get("engine"))
     if image:
         spec = override_image(spec, entry.get("image"))
     out = apply_overrides(spec, tuning)

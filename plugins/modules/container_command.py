@@ -114,8 +114,8 @@ options:
         C(ModelSpec.apply_overrides), a V(null) removes a key; V(max_num_seqs) and V(max_model_len) are mirrored into
         E(MAX_NUM_SEQS) and E(MAX_MODEL_LENGTH), which media and forge images read.
       - As from run.py v0.17.0, a vLLM container gets each key as an argument (C(--max-num-seqs 8); V(true) a bare
-        flag, V(false) and V(null) none, a list or mapping its JSON). A removal or a V(false) cannot be said that way:
-        then the container also gets the resolved spec (O(runtime_spec_file)).
+        flag, V(false) and V(null) none, a list or mapping its JSON). A removal or a V(false) cannot be said that way,
+        so then the container also gets the resolved spec (O(runtime_spec_file)).
       - Keys that the container wrapper takes itself (C(model), C(tt-device), C(device), C(engine), C(impl),
         C(no-auth), C(disable-trace-capture), C(service-port), C(port), C(host), in either C(_) or C(-) form) are
         refused, as are values that are not JSON; run.py only warns and drops them.
@@ -123,7 +123,7 @@ options:
   override_tt_config:
     description:
       - TT configuration to merge into the spec's C(override_tt_config) (C(run.py --override-tt-config)), a mapping or
-        its JSON text; a V(null) removes a key. It becomes C(vllm_args.additional_config) (C({"tt": ...})).
+        its JSON text; a V(null) removes a key. It becomes C(vllm_args.additional_config), under the key C(tt).
       - run.py v0.20.0 merges it only in its own process, so it never reaches a docker-server container. Here a vLLM
         container gets the resolved spec (O(runtime_spec_file)), which its entrypoint reads instead of the image's
         catalog, so the setting takes effect.
@@ -304,6 +304,16 @@ tensor_cache_timeout:
   returned: success
   type: float
   sample: 3600.0
+tt_metal_cache_subdir:
+  description: The kernel cache directory relative to the volume (C(tt_metal_cache/cache_<model_name>/<mesh>), with
+    C(-<profile>) for a profile with its own kernel cache).
+  returned: success
+  type: str
+  sample: tt_metal_cache/cache_Qwen3-32B/P300x2
+profile:
+  description: O(profile), or V(null).
+  returned: success
+  type: str
 port:
   description: Published host port.
   returned: success

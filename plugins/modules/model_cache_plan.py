@@ -311,6 +311,7 @@ def plan(params, warn):
             warn(warning)
         records.append(plan_model(entry, spec, expected, candidates, options, planner))
     work = [record["work"] for record in records if "work" in record]
+    work += [extra for record in records for extra in record.get("extras") or []]
     short = disk_shortfalls(work, int(params["disk_margin_gb"] * (1 << 30)))
     if short:
         raise PlanError(shortfall_text(host, short, params["disk_margin_gb"]))

@@ -10,6 +10,10 @@ Honours the container contract the serve role relies on, as the vLLM images do:
   - the bearer key: VLLM_API_KEY, else the JWT signed with JWT_SECRET (HS256, upstream's fixed
     payload), else API_KEY for media; 401 without it, none needed with --no-auth or NO_AUTH=1;
   - logs "Application startup complete." when serving.
+As run_vllm_api_server does: a spec from RUNTIME_MODEL_SPEC_JSON_PATH (run.py --dev-mode, and the serve role for
+tuning and specs from outside the catalog) replaces the image's own, its env_vars are set, and every other argument
+is a vLLM argument that replaces the spec's of the same name. GET /lab/config shows the result: the vLLM arguments
+the server would start with, the environment it set and where its spec came from.
 Test hooks in the cache volume: `.lab-fail-health` makes /health answer 503, `.lab-crash` makes the
 server exit with status 3 right after starting (a crash loop), `.lab-start-delay` holds a number of
 seconds to wait before serving.
@@ -56,13 +60,51 @@ def expected_key(no_auth):
     return os.environ.get("API_KEY") or None
 
 
+def _arg_name(name):
+    return name.lstrip("-").split("=", 1)[0].replace("-", "_")
+
+
+def effective_config(remaining):
+    """The spec's vLLM arguments with the passthrough arguments over them (set_vllm_sys_argv), and its env_vars."""
+    spec, source = {}, "image catalog"
+    path = os.environ.get("RUNTIME_MODEL_SPEC_JSON_PATH")
+    if path:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+        spec, source = data.get("runtime_model_spec", data), path
+    dms = spec.get("device_model_spec") or {}
+    env = {**(dms.get("env_vars") or {}), **(spec.get("env_vars") or {})}
+    for key, value in env.items():
+        os.environ[str(key)] = str(value)
+    args = {_arg_name(key): value for key, value in (dms.get("vllm_args") or {}).items()}
+    index = 0
+    while index < len(remaining):
+        token = remaining[index]
+        if token.startswith("--"):
+            value = True
+            if "=" in token:
+                value = token.split("=", 1)[1]
+            elif index + 1 < len(remaining) and not remaining[index + 1].startswith("--"):
+                value = remaining[index + 1]
+                index += 1
+            args[_arg_name(token)] = value
+        index += 1
+    return {"vllm_args": args, "env": env, "spec_source": source, "cli_args": list(remaining)}
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default=None)
     parser.add_argument("--tt-device", default=None)
     parser.add_argument("--service-port", type=int, default=8000)
     parser.add_argument("--no-auth", action="store_true")
-    args = parser.parse_args()
+    args, remaining = parser.parse_known_args()
+    try:
+        config = effective_config(remaining)
+    except (OSError, ValueError) as exc:
+        log(f"stand-in: cannot read the runtime model spec: {exc}")
+        return 2
+    log(f"stand-in: vLLM arguments {json.dumps(config['vllm_args'], sort_keys=True)}")
     model = args.model or os.environ.get("MODEL")
     device = args.tt_device or os.environ.get("DEVICE")
     if not model or not device:
@@ -113,6 +155,8 @@ def main():
             if self.path == "/health":
                 failing = os.path.exists(os.path.join(CACHE_ROOT, ".lab-fail-health"))
                 self._send(503 if failing else 200, {"status": "failing" if failing else "ok"})
+            elif self.path == "/lab/config":
+                self._send(200, config)
             elif self.path == "/v1/models":
                 if self._authorised():
                     self._send(200, {"object": "list", "data": [{"id": model, "object": "model", "owned_by": "lab"}]})

@@ -250,3 +250,68 @@ def test_secrets_never_reach_the_result(tmp_path, capsys):
     code, result = run(capsys, _args(tmp_path, [{"name": LLAMA}], sources=["hf"], hf_token="hf_secret_value"))
     assert code == 1
     assert "hf_secret_value" not in json.dumps(result)
+
+
+# --- extra repositories and specs from outside the catalog -------------------------------------
+
+
+def test_an_extra_repository_is_planned_beside_the_weights_and_counted_on_the_disk(tmp_path, capsys):
+    source = _copied(_weights(tmp_path / "nfs" / LLAMA))
+    draft = _copied(_weights(tmp_path / "nfs" / "Draft-1B"))
+    model = {
+        "name": LLAMA,
+        "revision": SHA,
+        "path": str(source),
+        "sources": ["path"],
+        "extra_repos": [{"repo": "org/Draft-1B", "revision": "1" * 40, "path": str(draft)}],
+    }
+    code, result = run(capsys, _args(tmp_path, [model]))
+    assert code == 0, result
+    [record] = result["models"]
+    [extra] = record["extras"]
+    assert extra["model"] == f"{LLAMA}--Draft-1B" and extra["extra_of"] == LLAMA
+    assert extra["dest"] == os.path.join(record["spec"]["paths"]["volume"], "weights", "Draft-1B")
+    assert (extra["origin"], extra["repo_id"], extra["revision_arg"]) == ("path", "org/Draft-1B", "1" * 40)
+    assert extra["bytes"] == sum(len(body) for body in FILES.values())
+    assert result["work"] == [record["work"], extra]
+    # Both land on one filesystem: the disk check sums them.
+    margin = extra["fs_free"] - record["work"]["bytes_needed"] - extra["bytes_needed"] + 1
+    [short] = cp.disk_shortfalls(result["work"], margin)
+    assert short["models"] == [LLAMA, f"{LLAMA}--Draft-1B"]
+    assert not cp.disk_shortfalls([record["work"]], margin)
+
+
+def test_an_extra_repository_without_a_source_names_the_fix(tmp_path, capsys):
+    source = _weights(tmp_path / "nfs" / LLAMA)
+    model = {
+        "name": LLAMA,
+        "path": str(source),
+        "sources": ["path"],
+        "extra_repos": [{"repo": "org/Draft-1B", "revision": "1" * 40}],
+    }
+    code, result = run(capsys, _args(tmp_path, [model]))
+    assert code == 1 and "extra repository org/Draft-1B has no source" in result["msg"]
+
+
+def test_a_runtime_spec_plans_its_own_volume(tmp_path, capsys):
+    source = _weights(tmp_path / "nfs" / "Qwen3.8-27B")
+    spec = {
+        "model_id": "id_qwen36_Qwen3.8-27B_p150x2",
+        "impl": {"impl_id": "qwen36", "impl_name": "qwen36"},
+        "hf_model_repo": "Qwen/Qwen3.8-27B",
+        "model_name": "Qwen3.8-27B",
+        "inference_engine": "vLLM",
+        "device_type": "P150X2",
+        "version": "0.1.0",
+        "docker_image": "registry.example/q:0.1.0",
+        "tt_metal_commit": "f" * 40,
+        "device_model_spec": {"device": "P150X2", "max_concurrency": 32, "max_context": 65536,
+                              "env_vars": {"MESH_DEVICE": "P150x2"}},
+    }
+    model = {"name": "Qwen/Qwen3.8-27B", "spec": spec, "path": str(source), "sources": ["path"], "profile": "tp2"}
+    code, result = run(capsys, _args(tmp_path, [model], device="p150x2"))
+    assert code == 0, result
+    [record] = result["models"]
+    assert record["volume"]["path"].endswith("/volume_id_qwen36-Qwen3.8-27B-v0.1.0")
+    assert record["kernel"]["mesh"] == "P150x2-tp2" and record["kernel"]["tt_metal_commit"] == "f" * 40
+    assert result["spec_source"] == "spec_file"

@@ -215,7 +215,10 @@ def test_inline_spec_gets_the_dataclass_defaults(v20):
     assert spec["min_disk_gb"] == 27 * 2 + 20 and spec["hf_weights_repo"] == "Qwen/Qwen3.8-27B"
     derived = spec_utils.derive(spec, catalog, volume_root="/srv/tt")
     assert derived["volume_name"] == "volume_id_qwen36-Qwen3.8-27B-v0.1.0"
-    assert derived["paths"]["tt_metal_cache"] == "/srv/tt/volume_id_qwen36-Qwen3.8-27B-v0.1.0/tt_metal_cache/cache_Qwen3.8-27B/P150x2"
+    assert (
+        derived["paths"]["tt_metal_cache"]
+        == "/srv/tt/volume_id_qwen36-Qwen3.8-27B-v0.1.0/tt_metal_cache/cache_Qwen3.8-27B/P150x2"
+    )
 
 
 def test_runtime_spec_reaches_a_vllm_container_as_json(v20):

@@ -1,0 +1,24 @@
+# Copyright (c) ttfleet.inference contributors
+# SPDX-License-Identifier: Apache-2.0
+
+"""Jinja filter tt_model_entries: tt_models with serve profiles and model packages applied (documented beside)."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.ttfleet.inference.plugins.module_utils._packages import ProfileError, expand_entries
+
+
+def tt_model_entries(models, device, packages=None, profiles=None):
+    if not isinstance(models, list):
+        raise AnsibleFilterError("tt_model_entries: the input must be tt_models, a list of dicts.")
+    try:
+        return expand_entries(models, device, packages or {}, profiles or {})
+    except (ProfileError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"tt_model_entries: {exc}") from exc
+
+
+class FilterModule:
+    def filters(self):
+        return {"tt_model_entries": tt_model_entries}
