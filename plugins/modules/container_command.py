@@ -137,7 +137,7 @@ options:
   spec:
     description:
       - A spec from outside the catalog, in run.py's runtime model spec format (C(run.py --runtime-model-spec-json),
-        C(ModelSpec.from_json)): the fields of tt-inference-server's C(ModelSpec), or its combined file
+        C(ModelSpec.from_json)), with the fields of tt-inference-server's C(ModelSpec), or its combined file
         C({"runtime_model_spec": ..., "runtime_config": ...}); a mapping or its JSON text. It is taken as is, with the
         defaults C(ModelSpec) fills in; O(model) must name its model and O(device) its device.
       - A device tt-inference-server does not know (for example V(p150x2)) needs
