@@ -136,14 +136,14 @@ options:
     type: dict
   spec:
     description:
-      - A spec from outside the catalog, in run.py's runtime model spec format (C(run.py --runtime-model-spec-json),
-        C(ModelSpec.from_json)), with the fields of tt-inference-server's C(ModelSpec), or its combined file
-        C({"runtime_model_spec": ..., "runtime_config": ...}); a mapping or its JSON text. It is taken as is, with the
-        defaults C(ModelSpec) fills in; O(model) must name its model and O(device) its device.
-      - A device tt-inference-server does not know (for example V(p150x2)) needs
+      - A spec from outside the catalog in run.py's runtime model spec format (C(run.py --runtime-model-spec-json),
+        read by C(ModelSpec.from_json)), as a mapping or its JSON text. It holds the fields of tt-inference-server's
+        C(ModelSpec); run.py's combined file (the keys C(runtime_model_spec) and C(runtime_config)) is taken too.
+      - It is taken as is, with the defaults C(ModelSpec) fills in. O(model) must name its model and O(device) its
+        device; a device tt-inference-server does not know (for example V(p150x2)) needs
         C(device_model_spec.env_vars.MESH_DEVICE).
-      - A vLLM container gets it through O(runtime_spec_file): run.py would start the container with C(--model),
-        which the image's own catalog does not know.
+      - A vLLM container gets it through O(runtime_spec_file), because run.py would start the container with
+        C(--model), which the image's own catalog does not know.
     type: raw
   profile:
     description: Name of the serve profile the tuning comes from; recorded, and with O(kernel_cache=own) it names
