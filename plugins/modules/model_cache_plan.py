@@ -194,12 +194,19 @@ models:
       type: dict
     work:
       description: The model's entry of RV(work).
+    extras:
+      description: The work entries of the entry's extra repositories (C(extra_repos), such as a draft model), fetched
+        into C(<volume>/weights/<repository name>); also in RV(work).
+      type: list
+      elements: dict
       type: dict
 work:
   description:
-    - The work entry of each model, the input of the P(ttfleet.inference.weights_fanout#filter) filter (C(model),
-      C(origin), C(repo_id), C(revision), C(site), C(dest), C(volume), C(complete), C(shareable), C(bytes) and the
-      rest). Empty with O(weights=false).
+    - The work entry of each weights directory, the input of the P(ttfleet.inference.weights_fanout#filter) filter
+      (C(model), C(origin), C(repo_id), C(revision), C(site), C(dest), C(volume), C(complete), C(shareable), C(bytes)
+      and the rest). Empty with O(weights=false).
+    - A model that several entries serve (one per board or per profile) shares one volume and has one entry; each
+      extra repository (RV(models[].extras)) has its own, with C(extra_of) naming its model.
   returned: always
   type: list
   elements: dict
@@ -310,8 +317,16 @@ def plan(params, warn):
         for warning in warnings:
             warn(warning)
         records.append(plan_model(entry, spec, expected, candidates, options, planner))
-    work = [record["work"] for record in records if "work" in record]
-    work += [extra for record in records for extra in record.get("extras") or []]
+    work = []
+    planned = set()
+    # One model served by several instances (one per board, or per profile) shares its volume: one fetch per
+    # directory, and one slot in the fan-out.
+    for item in [record["work"] for record in records if "work" in record] + [
+        extra for record in records for extra in record.get("extras") or []
+    ]:
+        if item["dest"] not in planned:
+            planned.add(item["dest"])
+            work.append(item)
     short = disk_shortfalls(work, int(params["disk_margin_gb"] * (1 << 30)))
     if short:
         raise PlanError(shortfall_text(host, short, params["disk_margin_gb"]))
