@@ -59,6 +59,7 @@ TUNING_KEYS = ("vllm_override_args", "override_tt_config", "env")
 
 _KEY = re.compile(r"[A-Za-z][A-Za-z0-9_-]*\Z")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSW|API_KEY|ACCESS_KEY|PRIVATE|CREDENTIAL)", re.IGNORECASE)
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _MAX_DEPTH = 8
 _MAX_JSON = 64 << 10
@@ -212,10 +213,28 @@ def check_tuning(where: str, settings: Mapping[str, Any]) -> JSON:
     for key, value in env_raw.items():
         if not _ENV_NAME.match(key):
             raise TuningError(f"{where}: env key {key!r} is not an environment variable name (A-Z, 0-9, '_').")
+        if _SECRET_NAME.search(key):
+            # env ends up in a world-readable configuration and spec, and on the command line of media images.
+            raise TuningError(
+                f"{where}: env key {key} looks like a secret; env is not for secrets (it is written to 0644 "
+                "files and may reach the command line). Give API keys with serve_api_keys and the Hugging Face "
+                "token with serve_hf_token, which stay in the instance's 0600 env file."
+            )
         if isinstance(value, (dict, list)) or value is None:
             raise TuningError(f"{where}: env {key} = {_show(value)} must be a string or number.")
         env[key] = str(value).lower() if isinstance(value, bool) else str(value)
     return {"vllm_override_args": vllm, "override_tt_config": tt_config, "env": env}
+
+
+def merge_removing(base: Mapping[str, Any] | None, changes: Mapping[str, Any]) -> JSON:
+    """``base`` updated with ``changes``, where a None value removes the key (run.py's override merge)."""
+    merged = dict(base or {})
+    for key, value in changes.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = value
+    return merged
 
 
 def apply_overrides(spec: Mapping[str, Any], tuning: Mapping[str, Any]) -> JSON:
@@ -230,24 +249,13 @@ def apply_overrides(spec: Mapping[str, Any], tuning: Mapping[str, Any]) -> JSON:
     dms = dict(out.get("device_model_spec") or {})
     tt_config = tuning.get("override_tt_config") or {}
     if tt_config:
-        merged_tt = dict(dms.get("override_tt_config") or {})
-        for key, value in tt_config.items():
-            if value is None:
-                merged_tt.pop(key, None)
-            else:
-                merged_tt[key] = value
+        merged_tt = merge_removing(dms.get("override_tt_config"), tt_config)
         dms["override_tt_config"] = merged_tt
         dms["vllm_args"] = {**(dms.get("vllm_args") or {}), "additional_config": json.dumps({"tt": merged_tt})}
     vllm = tuning.get("vllm_override_args") or {}
     env = dict(out.get("env_vars") or {})
     if vllm:
-        merged_args = dict(dms.get("vllm_args") or {})
-        for key, value in vllm.items():
-            if value is None:
-                merged_args.pop(key, None)
-            else:
-                merged_args[key] = value
-        dms["vllm_args"] = merged_args
+        dms["vllm_args"] = merge_removing(dms.get("vllm_args"), vllm)
         env.update({env_key: str(vllm[key]) for key, env_key in VLLM_ARG_TO_ENV.items() if vllm.get(key) is not None})
     env.update(tuning.get("env") or {})
     out["device_model_spec"] = dms

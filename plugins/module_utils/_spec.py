@@ -1310,7 +1310,11 @@ def select_entry(
     out = apply_overrides(spec, tuning)
     profile = entry.get("profile")
     if profile not in (None, ""):
-        profile = _check_component(str(profile), "profile", f"tt_models entry {name}")
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", str(profile)):
+            raise SpecError(
+                f"tt_models entry {name}: profile {profile!r} is not a profile name (1-63 letters, digits, '.', '_' "
+                "and '-', starting with a letter or digit); it names the profile's kernel cache directory."
+            )
         own = (entry.get("kernel_cache") or "own") == "own"
         out["ttfleet"] = {"profile": profile, "cache_variant": profile if own else None}
     return out, catalog

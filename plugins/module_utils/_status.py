@@ -257,6 +257,8 @@ def instance_report(entry: JSON, timeout: float, runner: Runner = subprocess.run
         "port": data.get("port"),
         "device_ids": data.get("device_ids"),
         "release": data.get("ttis_release") or data.get("release"),
+        "profile": data.get("profile") or None,
+        "spec_source": data.get("spec_source"),
         "unit": unit_state(unit, runner=runner),
     }
     report["health"] = probe(health_url(data), timeout)
@@ -331,7 +333,8 @@ def status_lines(rows: Iterable[Any] | None) -> list[str]:
                     host,
                     device,
                     release,
-                    _cell(item.get("instance")),
+                    # A serve profile follows the instance's name: qwen-b (p1d1).
+                    _cell(item.get("instance")) + (f" ({_cell(item['profile'])})" if item.get("profile") else ""),
                     _cell(item.get("port")),
                     _cell(_mapping(item.get("unit")).get("active_state")),
                     _cell(_mapping(item.get("health")).get("status")),

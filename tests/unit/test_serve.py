@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import io
 import json
 import os
 import stat
+import threading
+import time
+import types
 
 import pytest
 from ansible.errors import AnsibleFilterError
@@ -300,3 +304,61 @@ def test_wrapper_ready_requires_the_model_with_the_key(wrapper, monkeypatch):
     assert seen[-1] == ("http://127.0.0.1:8001/v1/models", "k3y")
     conf["served_model"] = "other/model"
     assert module.cmd_ready("x", conf, 5) == 1
+
+
+def test_wrapper_sees_the_log_marker_across_chunks_and_copies_every_byte(wrapper, tmp_path, monkeypatch):
+    module, _conf = wrapper
+    read_end, write_end = os.pipe()
+    marker = "Application startup complete"
+    body = b"x" * 70000 + b"INFO: Application startup complete.\n"
+    copied = io.BytesIO()
+    monkeypatch.setattr(module.sys, "stdout", types.SimpleNamespace(buffer=copied))
+    seen = threading.Event()
+    with os.fdopen(read_end, "rb", buffering=0) as stream:
+        thread = threading.Thread(target=module.watch_output, args=(stream, marker, seen, "qwen-b"))
+        thread.start()
+        # The marker straddles a read boundary: the first write ends in its middle.
+        os.write(write_end, body[:70010])
+        time.sleep(0.05)
+        os.write(write_end, body[70010:])
+        os.close(write_end)
+        thread.join(5)
+    assert seen.is_set() and os.path.exists(module.marker_path("qwen-b"))
+    assert copied.getvalue() == body
+
+
+def test_wrapper_without_the_marker_never_marks(wrapper, monkeypatch):
+    module, _conf = wrapper
+    read_end, write_end = os.pipe()
+    monkeypatch.setattr(module.sys, "stdout", types.SimpleNamespace(buffer=io.BytesIO()))
+    seen = threading.Event()
+    os.write(write_end, b"Application startup failed\n")
+    os.close(write_end)
+    with os.fdopen(read_end, "rb", buffering=0) as stream:
+        module.watch_output(stream, "Application startup complete", seen, "qwen-b")
+    assert not seen.is_set() and not os.path.exists(module.marker_path("qwen-b"))
+
+
+def test_wrapper_gives_a_first_start_its_own_timeout(wrapper, tmp_path):
+    module, conf = wrapper
+    cache = tmp_path / "cache"
+    conf.update(start_timeout=120, first_start_timeout=900, cache_dir=str(cache))
+    assert module.start_timeout(conf) == 900  # missing
+    cache.mkdir()
+    assert module.start_timeout(conf) == 900  # empty
+    (cache / "kernels.bin").write_bytes(b"x")
+    assert module.start_timeout(conf) == 120
+    link = tmp_path / "link"
+    link.symlink_to(cache)
+    assert module.start_timeout({**conf, "cache_dir": str(link)}) == 900  # a link is not the cache
+    assert module.start_timeout({"start_timeout": 60}) == 60
+
+
+def test_wrapper_ready_waits_for_the_marker(wrapper, monkeypatch):
+    module, conf = wrapper
+    conf["ready_log_marker"] = "Application startup complete"
+    monkeypatch.setattr(module, "get", lambda url, key=None, timeout=10: (200, b'{"data": []}', None))
+    monkeypatch.setattr(module.time, "sleep", lambda seconds: None)
+    clock = iter(range(0, 1000, 1))
+    monkeypatch.setattr(module.time, "monotonic", lambda: next(clock))
+    assert module.cmd_ready("qwen-b", conf, 5) == 1

@@ -202,3 +202,15 @@ def test_status_lines_table():
     assert "unreachable" in lines[3].split()
     assert len({line.index("INSTANCE") if i == 0 else None for i, line in enumerate(lines)} - {None}) == 1
     assert lines[1].index("qwen3-32b") == lines[0].index("INSTANCE")
+
+
+def test_a_serve_profile_is_reported_and_shown_after_the_instance(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    data = {"model": "Qwen3.8-27B", "port": 1, "profile": "p1d1", "spec_source": "runtime_model_spec"}
+    (state / "qwen-b.json").write_text(json.dumps(data))
+    report = _status.host_report(str(state), str(tmp_path / "opt"), timeout=1, runner=_systemctl())
+    (item,) = report["instances"]
+    assert (item["profile"], item["spec_source"]) == ("p1d1", "runtime_model_spec")
+    row = {"host": "p150x2-03", "device_type": "p150x2", "release": "v0.20.0", "instances": [item]}
+    assert _status.status_lines([row])[1].split()[3:5] == ["qwen-b", "(p1d1)"]

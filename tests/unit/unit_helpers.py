@@ -67,3 +67,30 @@ def tree(root):
             with open(path, "rb") as handle:
                 out[os.path.relpath(path, root)] = handle.read()
     return out
+
+
+# ---------------------------------------------------------------------------
+# Specs from outside the catalog (module_utils._overrides, run.py's runtime model spec format)
+
+
+def package_spec(**changes):
+    """A runtime model spec of Qwen/Qwen3.8-27B on p150x2 (seed 004's package), with ``changes`` applied."""
+    spec = {
+        "model_id": "id_qwen36_Qwen3.8-27B_p150x2",
+        "impl": {"impl_id": "qwen36", "impl_name": "qwen36"},
+        "hf_model_repo": "Qwen/Qwen3.8-27B",
+        "model_name": "Qwen3.8-27B",
+        "inference_engine": "vLLM",
+        "device_type": "P150X2",
+        "version": "0.1.0",
+        "docker_image": "registry.example/qwen3.8-27b-p150x2:0.1.0",
+        "tt_metal_commit": "fee9e0d35948111be29083c4eb144023d86890d8",
+        "device_model_spec": {
+            "device": "P150X2",
+            "max_concurrency": 32,
+            "max_context": 65536,
+            "env_vars": {"MESH_DEVICE": "P150x2"},
+        },
+    }
+    spec.update(changes)
+    return spec

@@ -10,6 +10,7 @@ import os
 
 import pytest
 from conftest import FIXTURES, patch_module_args
+from unit_helpers import package_spec
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _cache_plan as cp
 from ansible_collections.ttfleet.inference.plugins.module_utils import _spec
@@ -295,19 +296,7 @@ def test_an_extra_repository_without_a_source_names_the_fix(tmp_path, capsys):
 
 def test_a_runtime_spec_plans_its_own_volume(tmp_path, capsys):
     source = _weights(tmp_path / "nfs" / "Qwen3.8-27B")
-    spec = {
-        "model_id": "id_qwen36_Qwen3.8-27B_p150x2",
-        "impl": {"impl_id": "qwen36", "impl_name": "qwen36"},
-        "hf_model_repo": "Qwen/Qwen3.8-27B",
-        "model_name": "Qwen3.8-27B",
-        "inference_engine": "vLLM",
-        "device_type": "P150X2",
-        "version": "0.1.0",
-        "docker_image": "registry.example/q:0.1.0",
-        "tt_metal_commit": "f" * 40,
-        "device_model_spec": {"device": "P150X2", "max_concurrency": 32, "max_context": 65536,
-                              "env_vars": {"MESH_DEVICE": "P150x2"}},
-    }
+    spec = package_spec(tt_metal_commit="f" * 40, docker_image="registry.example/q:0.1.0")
     model = {"name": "Qwen/Qwen3.8-27B", "spec": spec, "path": str(source), "sources": ["path"], "profile": "tp2"}
     code, result = run(capsys, _args(tmp_path, [model], device="p150x2"))
     assert code == 0, result

@@ -13,6 +13,7 @@ import json
 import os
 
 import pytest
+from unit_helpers import package_spec
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _container as container_utils
 from ansible_collections.ttfleet.inference.plugins.module_utils import _overrides as overrides
@@ -172,28 +173,6 @@ def test_null_removes_and_mirrors_as_runpy():
 # Runtime model specs
 
 
-def package_spec(**changes):
-    spec = {
-        "model_id": "id_qwen36_Qwen3.8-27B_p150x2",
-        "impl": {"impl_id": "qwen36", "impl_name": "qwen36"},
-        "hf_model_repo": "Qwen/Qwen3.8-27B",
-        "model_name": "Qwen3.8-27B",
-        "inference_engine": "vLLM",
-        "device_type": "P150X2",
-        "version": "0.1.0",
-        "docker_image": "registry.example/qwen3.8-27b-p150x2:0.1.0",
-        "tt_metal_commit": "fee9e0d35948111be29083c4eb144023d86890d8",
-        "device_model_spec": {
-            "device": "P150X2",
-            "max_concurrency": 32,
-            "max_context": 65536,
-            "env_vars": {"MESH_DEVICE": "P150x2"},
-        },
-    }
-    spec.update(changes)
-    return spec
-
-
 def test_runtime_spec_from_runpy_is_taken_as_is(v20):
     # A spec run.py itself serialised (what --runtime-model-spec-json reads back) keeps its values.
     theirs = copy.deepcopy(CASES[0]["runtime_model_spec"])
@@ -275,3 +254,15 @@ def test_profiles_keep_their_kernel_caches_apart_unless_shared(v20):
         assert derived["profile"] == profile
         assert derived["volume_name"] == "volume_id_qwen36-Qwen3.8-27B-v0.1.0"  # one volume, weights reused
     assert leaves == {"tp2": "P150x2-tp2", "p1d1": "P150x2-p1d1", "tp2-dflash2": "P150x2"}
+
+
+@pytest.mark.parametrize("key", ["HF_TOKEN", "VLLM_API_KEY", "JWT_SECRET", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD"])
+def test_secrets_are_refused_in_env(key):
+    with pytest.raises(overrides.TuningError, match=rf"env key {key} looks like a secret.*serve_api_keys"):
+        overrides.check_tuning("tt_models entry M", {"env": {key: "s3cr3t-value"}})
+
+
+@pytest.mark.parametrize("profile", ["../x", "a/b", "-x", "x" * 64, "a b"])
+def test_bad_profile_names_are_refused(v20, profile):
+    with pytest.raises(SpecError, match=r"is not a profile name"):
+        spec_utils.select_entry(v20, {"name": "Qwen3-32B", "profile": profile}, "p300x2")
