@@ -194,12 +194,12 @@ models:
       type: dict
     work:
       description: The model's entry of RV(work).
+      type: dict
     extras:
       description: The work entries of the entry's extra repositories (C(extra_repos), such as a draft model), fetched
         into C(<volume>/weights/<repository name>); also in RV(work).
       type: list
       elements: dict
-      type: dict
 work:
   description:
     - The work entry of each weights directory, the input of the P(ttfleet.inference.weights_fanout#filter) filter

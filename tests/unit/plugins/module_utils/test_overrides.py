@@ -82,7 +82,7 @@ def test_recorded_cases_cover_each_engine_and_both_flags():
 
 @pytest.mark.parametrize("case", CASES, ids=[case["id"] for case in CASES])
 def test_argv_matches_runpy(v20, case):
-    _, result = ours(v20, case)
+    result = ours(v20, case)[1]
     expected = normalised(case["argv"])
     if result["runtime_model_spec"] is not None:
         # Deliberately more than run.py: the resolved spec reaches the container (see _container.container_command),
@@ -115,11 +115,11 @@ def test_spec_matches_runpy(v20, case):
 
 def test_only_what_the_argv_cannot_carry_mounts_the_spec(v20):
     plain = next(case for case in CASES if case["id"] == "vllm-basic")
-    _, result = ours(v20, plain)
+    result = ours(v20, plain)[1]
     assert result["runtime_model_spec"] is None
     assert normalised(result["argv"]) == normalised(plain["argv"])
     tt = next(case for case in CASES if case["override_tt_config"] and case["engine"] == "vllm")
-    _, result = ours(v20, tt)
+    result = ours(v20, tt)[1]
     assert result["runtime_model_spec"] is not None
 
 

@@ -146,7 +146,7 @@ def test_unknown_package_keys_are_refused():
 
 def test_the_package_spec_names_the_model_the_entry_names(v20):
     (item,) = expand(entry(name="Qwen3.8-27B"))
-    spec, _ = spec_utils.select_entry(v20, item, "p150x2")
+    spec = spec_utils.select_entry(v20, item, "p150x2")[0]
     assert spec["model_name"] == "Qwen3.8-27B"
     item["name"] = "Qwen3-32B"
     with pytest.raises(spec_utils.SpecError, match=r"name the entry after its spec"):
@@ -168,7 +168,7 @@ def facts_with(types):
 
 def summaries(v20, tmp_path):
     (item,) = expand(entry())
-    found, _ = preflight.model_summaries(v20, [item], "p150x2", str(tmp_path))
+    found = preflight.model_summaries(v20, [item], "p150x2", str(tmp_path))[0]
     return found
 
 
@@ -193,7 +193,7 @@ def test_preflight_refuses_other_boards_naming_both(v20, tmp_path):
 def test_preflight_without_declared_boards_keeps_the_device_rule(v20, tmp_path):
     (item,) = expand(entry())
     item.pop("boards")
-    found, _ = preflight.model_summaries(v20, [item], "p150x2", str(tmp_path))
+    found = preflight.model_summaries(v20, [item], "p150x2", str(tmp_path))[0]
     levels = {name: "skip" for name in preflight.CHECK_NAMES}
     levels["device_type"] = "fail"
     result = preflight.evaluate(facts_with(["p150", "p150"]), found, levels, host="h", declared_device="p150x2")
