@@ -22,6 +22,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
     SpecError,
     iter_specs,
     load_checkout,
+    weights_subdir,
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import expected_volume, select_candidates
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import is_commit_sha
@@ -246,34 +247,25 @@ def plan_model(
                 "path": path if source == "path" else None,
             }
         )
-    weights_plan = weights.get("plan") or {}
     filesystem = weights.get("filesystem") or {}
     # alias: make the expected volume from the candidate; own: give weights already in place their layout;
     # fetch: model_weights from the source (bytes_to_fetch may be 0 on a converged host: it still compares).
     action = "alias" if aliasing else ("own" if source == "preseeded" else "fetch")
-    work = {
-        "model": name,
-        "origin": source,
-        "repo_id": spec.get("hf_weights_repo"),
-        "revision": weights.get("revision") if fetching else None,
-        "revision_arg": revision,
-        "path_arg": path,
-        "site": options.get("site") or "default",
-        "dest": spec["paths"]["weights"],
-        "volume": expected["path"],
-        "complete": bool(weights_plan.get("complete", True)) if fetching else True,
-        # Only a pinned commit of a repository is the same bytes on every host.
-        "shareable": bool(fetching and options.get("peers") and source != "path" and is_commit_sha(revision)),
-        "bytes": int(weights_plan.get("bytes_to_fetch") or 0) if fetching else 0,
-        "bytes_needed": int(weights.get("bytes_needed") or 0) if fetching else 0,
-        "fs_device": filesystem.get("device") if fetching else None,
-        "fs_path": filesystem.get("path") if fetching else None,
-        "fs_free": int(filesystem.get("free_bytes") or 0) if fetching else 0,
-        "alias_from": candidate["path"] if candidate else None,
-        # symlink: the alias shares the volume, kernel cache included; hardlink: weights shared, own kernel cache.
-        "link": candidate["reuse"] if candidate else None,
-        "link_reason": candidate["reuse_reason"] if candidate else None,
-    }
+    # Only a pinned commit of a repository is the same bytes on every host.
+    shareable = bool(fetching and options.get("peers") and source != "path" and is_commit_sha(revision))
+    work = _work_entry(
+        name,
+        source,
+        weights,
+        expected,
+        options,
+        repo=spec.get("hf_weights_repo"),
+        revision=revision,
+        path=path,
+        dest=spec["paths"]["weights"],
+        shareable=shareable,
+        candidate=candidate,
+    )
     extras = [
         _extra_work(entry, spec, expected, item, sources, options, plan_weights)
         for item in entry.get("extra_repos") or []
@@ -297,9 +289,49 @@ def plan_model(
     }
 
 
-def extra_dest(spec: Mapping[str, Any], repo: str) -> str:
-    """Where an extra repository of a model lands: ``<volume>/weights/<repository name>``, beside the model's."""
-    return posixpath.join(posixpath.dirname(spec["paths"]["weights"]), repo.rsplit("/", 1)[-1])
+def _work_entry(
+    model: str,
+    source: str,
+    weights: Mapping[str, Any],
+    expected: Mapping[str, Any],
+    options: Mapping[str, Any],
+    *,
+    repo: str | None,
+    revision: str,
+    path: str,
+    dest: str,
+    shareable: bool,
+    candidate: Mapping[str, Any] | None = None,
+) -> JSON:
+    """The work entry of one weights directory: what the fan-out spreads over the site and the fetch tasks run.
+
+    ``weights`` is model_weights' check-mode result for a fetch, or empty when nothing is fetched (an alias or
+    weights in place: nothing to move, nothing on a filesystem).
+    """
+    weights_plan = weights.get("plan") or {}
+    filesystem = weights.get("filesystem") or {}
+    return {
+        "model": model,
+        "origin": source,
+        "repo_id": repo,
+        "revision": weights.get("revision"),
+        "revision_arg": revision,
+        "path_arg": path,
+        "site": options.get("site") or "default",
+        "dest": dest,
+        "volume": expected["path"],
+        "complete": bool(weights_plan.get("complete", True)),
+        "shareable": shareable,
+        "bytes": int(weights_plan.get("bytes_to_fetch") or 0),
+        "bytes_needed": int(weights.get("bytes_needed") or 0),
+        "fs_device": filesystem.get("device"),
+        "fs_path": filesystem.get("path"),
+        "fs_free": int(filesystem.get("free_bytes") or 0),
+        "alias_from": candidate["path"] if candidate else None,
+        # symlink: the alias shares the volume, kernel cache included; hardlink: weights shared, own kernel cache.
+        "link": candidate["reuse"] if candidate else None,
+        "link_reason": candidate["reuse_reason"] if candidate else None,
+    }
 
 
 def _extra_work(
@@ -311,7 +343,10 @@ def _extra_work(
     options: Mapping[str, Any],
     plan_weights: Callable[[Mapping[str, Any]], Mapping[str, Any]],
 ) -> JSON:
-    """The work entry of an extra repository (a draft model): pinned, fetched like the main weights, shared."""
+    """The work entry of an extra repository (a draft model): pinned, fetched like the main weights, shared.
+
+    It lands in ``<volume>/weights/<repository name>``, beside the model's weights.
+    """
     repo = str(item["repo"])
     revision = str(item["revision"])
     path = str(item.get("path") or "")
@@ -322,33 +357,26 @@ def _extra_work(
             f"{options['host']}: tt_models entry {entry['name']}: extra repository {repo} has no source to fetch it "
             f"from (sources {', '.join(sources)}); add hf or s3 to the entry's sources, or give the item a path."
         )
-    dest = extra_dest(spec, repo)
+    name = repo.rsplit("/", 1)[-1]
+    dest = posixpath.join(spec["paths"]["volume"], weights_subdir(name))
     request = {"dest": dest, "source": source, "repo_id": repo, "revision": revision, "path": path or None}
     weights = plan_weights(request)
-    weights_plan = weights.get("plan") or {}
-    filesystem = weights.get("filesystem") or {}
-    return {
-        "model": f"{entry['name']}--{repo.rsplit('/', 1)[-1]}",
-        "extra_of": entry["name"],
-        "origin": source,
-        "repo_id": repo,
-        "revision": weights.get("revision") or revision,
-        "revision_arg": revision,
-        "path_arg": path,
-        "site": options.get("site") or "default",
-        "dest": dest,
-        "volume": expected["path"],
-        "complete": bool(weights_plan.get("complete", True)),
-        "shareable": bool(options.get("peers") and source != "path"),
-        "bytes": int(weights_plan.get("bytes_to_fetch") or 0),
-        "bytes_needed": int(weights.get("bytes_needed") or 0),
-        "fs_device": filesystem.get("device"),
-        "fs_path": filesystem.get("path"),
-        "fs_free": int(filesystem.get("free_bytes") or 0),
-        "alias_from": None,
-        "link": None,
-        "link_reason": None,
-    }
+    work = _work_entry(
+        f"{entry['name']}--{name}",
+        source,
+        weights,
+        expected,
+        options,
+        repo=repo,
+        revision=revision,
+        path=path,
+        dest=dest,
+        shareable=bool(options.get("peers") and source != "path"),
+    )
+    # A path source records no commit; the item pins one.
+    work["revision"] = work["revision"] or revision
+    work["extra_of"] = entry["name"]
+    return work
 
 
 def disk_shortfalls(work: Iterable[Mapping[str, Any]], margin_bytes: int) -> list[JSON]:

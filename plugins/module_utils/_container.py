@@ -384,12 +384,14 @@ def container_command(
     derived = derive(run_spec, catalog)
     image = derived["docker_image"]
     version = derived["version"]
+    # The version whose image interface counts. A runtime spec's (a model package's) version names its volume, not
+    # a tt-inference-server interface: only the tag of a tt-inference-server image tells that; any other image
+    # has the current interface (an unparseable version counts as current).
+    interface_version: object = version
     own_legacy = is_legacy_interface(spec.get("inference_engine") or "vLLM", spec.get("version"))
     if runtime_source:
-        # A model package's version names its volume, not a tt-inference-server interface: only the tag of a
-        # tt-inference-server image tells that (parse_image_version); any other image has the current interface.
-        run_image = image or spec.get("docker_image") or ""
-        tag_version = parse_image_version(run_image) if run_image.startswith(TTIS_IMAGE_PREFIX) else None
+        tag = parse_image_version(image) if image.startswith(TTIS_IMAGE_PREFIX) else None
+        interface_version = ".".join(map(str, tag)) if tag else None
         own_legacy = False
     release = catalog.get("release_version")
     release_label = f"v{release}" if release else "of this release"
@@ -407,10 +409,7 @@ def container_command(
         )
     engine = derived["inference_engine"]
     rules = _rules(release)
-    legacy = is_legacy_interface(engine, version)
-    if runtime_source:
-        legacy = tag_version is not None and is_legacy_interface(engine, ".".join(map(str, tag_version)))
-    if legacy:
+    if is_legacy_interface(engine, interface_version):
         raise SpecError(_legacy_message(derived, image, version, release_label))
 
     port = _port(port)

@@ -54,8 +54,6 @@ RESERVED_WRAPPER_FLAGS = frozenset(
 )
 # ModelSpec.apply_overrides: vllm_args mirrored into env_vars for the forge and media images.
 VLLM_ARG_TO_ENV = {"max_num_seqs": "MAX_NUM_SEQS", "max_model_len": "MAX_MODEL_LENGTH"}
-# Where tuning settings come from in messages.
-TUNING_KEYS = ("vllm_override_args", "override_tt_config", "env")
 
 _KEY = re.compile(r"[A-Za-z][A-Za-z0-9_-]*\Z")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -121,6 +119,7 @@ DEVICE_SPEC_FIELDS = frozenset(
     )
 )
 IMPL_REQUIRED = ("impl_id", "impl_name")
+# InferenceEngine values of TTIS (_spec.canonical_engine takes them from here).
 ENGINES = ("vLLM", "media", "forge")
 # DeviceTypes.is_wormhole() / is_blackhole() and the N300-class devices that get WH_ARCH_YAML (_infer_env_vars).
 WORMHOLE = frozenset({"N150", "N300", "N150X4", "T3K", "GALAXY", "GALAXY_T3K"})

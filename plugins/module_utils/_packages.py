@@ -301,11 +301,15 @@ def expand_entries(
             if hardware.get("boards") and not entry.get("boards"):
                 entry["boards"] = hardware["boards"]
             readiness = hardware["readiness"]
-            base = {
-                key: readiness[key.replace("ready_", "")]
-                for key in ("ready_log_marker", "start_timeout", "first_start_timeout")
-                if readiness.get(key.replace("ready_", "")) is not None
+            given = {
+                "ready_log_marker": readiness.get("log_marker"),
+                "start_timeout": readiness.get("start_timeout"),
+                "first_start_timeout": readiness.get("first_start_timeout"),
             }
+            base = _check_profile(
+                {key: value for key, value in given.items() if value is not None},
+                f"tt_model_packages.{package_name}.readiness",
+            )
             available = _mapping(hardware.get("profiles"), f"tt_model_packages.{package_name}.hardware.{entry_device}")
             default_profile = hardware.get("default_profile")
         if not entry.get("name"):
@@ -324,16 +328,13 @@ def expand_entries(
                 )
             base = _merge(base, _check_profile(settings, f"{where}: profile {profile}"))
             entry["profile"] = str(profile)
-        own = _check_profile({key: entry[key] for key in PROFILE_KEYS if key in entry}, where)
-        merged = _merge(base, own)
-        extra = check_extra_repos(merged.get("extra_repos"), where)
+        # The profile's settings and the entry's own are checked by _check_profile (extra_repos included).
+        merged = _merge(base, _check_profile({key: entry[key] for key in PROFILE_KEYS if key in entry}, where))
         try:
             # Refused here, before any role changes anything (run.py would only warn and drop them).
             check_tuning(where, merged)
         except TuningError as exc:
             raise ProfileError(str(exc)) from None
         entry.update(merged)
-        if extra or "extra_repos" in entry:
-            entry["extra_repos"] = extra
         out.append(entry)
     return out

@@ -33,6 +33,7 @@ import sys
 from typing import TYPE_CHECKING, cast
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._overrides import (
+    ENGINES,
     TuningError,
     apply_overrides,
     check_tuning,
@@ -63,8 +64,6 @@ SOURCE_CHECKOUT_CODE = "checkout_code"
 SOURCE_RELEASE_FILE = "release_model_spec.json"
 SOURCE_LEGACY_FILE = "model_specs_output.json"
 SOURCE_SPEC_FILE = "spec_file"
-
-ENGINES = ("vLLM", "media", "forge")
 
 # DeviceTypes.to_mesh_device_str() of TTIS: the leaf directory of the tensor cache.
 MESH_BY_DEVICE = {
