@@ -22,6 +22,7 @@ import posixpath
 import re
 from typing import TYPE_CHECKING
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._images import ImageError, map_image
 from ansible_collections.ttfleet.inference.plugins.module_utils._overrides import (
     needs_runtime_spec,
     override_cli_args,
@@ -349,8 +350,12 @@ def container_command(
     host_weights_dir: str | None = None,
     runtime_spec_file: str | None = None,
     tuning: Mapping[str, Any] | None = None,
+    registry_mirrors: Mapping[str, str] | None = None,
 ) -> JSON:
     """The ``docker run`` argv that serves ``spec``, as run.py --docker-server prints it.
+
+    ``registry_mirrors`` maps registry prefixes to the site's mirror (``_images.map_image``): the argv then runs
+    the mapped reference, returned as ``image`` (``image_origin`` is the spec's or the override's).
 
     Returns a dict with ``argv``, ``image``, ``container_name``, ``env_file``, ``version`` (after an
     image override), ``volume`` (host directory or Docker named volume), ``legacy_interface`` (of the
@@ -483,7 +488,12 @@ def container_command(
         if value:
             argv += ["-e", f"{key}={value}"]
 
-    argv.append(image)
+    # The site's mirror of the image (tt_registry_mirrors): only the registry prefix changes.
+    try:
+        pulled, mirror_prefix = map_image(image, registry_mirrors, f"the image of {derived['model_name']}")
+    except ImageError as exc:
+        raise SpecError(str(exc)) from None
+    argv.append(pulled)
     if engine == "vLLM" or not rules["split_publish"]:
         argv += ["--model", derived["hf_model_repo"], "--tt-device", derived["device"]]
         if no_auth:
@@ -495,7 +505,9 @@ def container_command(
 
     return {
         "argv": argv,
-        "image": image,
+        "image": pulled,
+        "image_origin": image,
+        "image_mirror": mirror_prefix,
         "container_name": container_name,
         "env_file": env_file,
         "version": version,

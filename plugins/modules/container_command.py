@@ -84,6 +84,16 @@ options:
       - UID the image was built with (C(run.py --image-user)); any value other than V(1000) adds C(--user).
     type: str
     default: '1000'
+  registry_mirrors:
+    description:
+      - Registry prefixes mapped to the site's mirror, for example
+        C({"ghcr.io/tenstorrent": "registry.site.example:5000/tenstorrent"}) (the serve role passes
+        C(tt_registry_mirrors)). A prefix matches whole components of the image's name and the longest one wins;
+        the command then runs the mapped reference, the rest of the reference (path below the prefix, tag) kept as
+        written. It applies to whatever image the spec or O(image) names, so it survives upgrades. The argv is
+        otherwise C(run.py)'s.
+      - A prefix with a scheme (C(https://)) or without a registry host is refused.
+    type: dict
   env_file:
     description:
       - Env file passed with C(--env-file), holding the secrets (E(HF_TOKEN), E(JWT_SECRET) or E(VLLM_API_KEY),
@@ -237,10 +247,20 @@ argv:
     - --tt-device
     - n150
 image:
-  description: Docker image the command runs (O(image) or the spec's).
+  description: Docker image the command runs (O(image) or the spec's), mapped by O(registry_mirrors).
   returned: success
   type: str
   sample: ghcr.io/tenstorrent/tt-inference-server/vllm-tt-metal-src-release-ubuntu-22.04-amd64:0.11.1-84b4c53-222ee06
+image_origin:
+  description: The image O(image) or the spec names, before O(registry_mirrors).
+  returned: success
+  type: str
+  sample: ghcr.io/tenstorrent/tt-inference-server/vllm-tt-metal-src-release-ubuntu-22.04-amd64:0.11.1-84b4c53-222ee06
+image_mirror:
+  description: The O(registry_mirrors) prefix that mapped the image, or V(null).
+  returned: success
+  type: str
+  sample: ghcr.io/tenstorrent
 container_name:
   description: Name given with C(--name).
   returned: success
@@ -373,6 +393,7 @@ def main():
             "no_auth": {"type": "bool", "default": False},
             "image": {"type": "str"},
             "image_user": {"type": "str", "default": DEFAULT_IMAGE_USER},
+            "registry_mirrors": {"type": "dict"},
             "env_file": {"type": "path"},
             "name": {"type": "str"},
             "host_weights_dir": {"type": "path"},
@@ -417,6 +438,7 @@ def main():
             host_weights_dir=params["host_weights_dir"],
             runtime_spec_file=params["runtime_spec_file"],
             tuning=entry_tuning(entry),
+            registry_mirrors=params["registry_mirrors"],
         )
     except SpecError as exc:
         module.fail_json(msg=str(exc))

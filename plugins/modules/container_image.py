@@ -1,0 +1,403 @@
+#!/usr/bin/python
+# Copyright (c) ttfleet.inference contributors
+# SPDX-License-Identifier: Apache-2.0
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: container_image
+short_description: Fetch the images of a host's instances, with a disk preflight, progress and digests
+version_added: 0.2.0
+description:
+  - Makes sure the host's Docker engine holds every image in O(images), talking to the engine's API on its Unix socket
+    (O(docker_socket)), never through a C(docker) command line, so registry credentials stay out of argv.
+  - An image the engine already has is not fetched again and nothing is asked of any registry (a converged host costs
+    one engine call per image).
+  - A missing image comes from its O(images[].archive) (an air-gapped site - a C(docker save) tarball on the host, or
+    the object O(images[].archive_s3_key) in S3), else from its registry. Before any byte moves, the registry is asked
+    for the image's manifest (the credentials are checked there, and a refusal names the registry and the image) and
+    the compressed sizes of its layers; all missing images must then fit in the free space of the engine's data
+    directory (C(DockerRootDir)) times O(expansion).
+  - The pull goes through the engine (its own retries and resumption apply) with the credentials root stored for that
+    registry in O(docker_config) (ttfleet.inference.registry_auth), sent in the C(X-Registry-Auth) header.
+  - Each image's digest is read back from the engine (C(RepoDigests)); RV(images[].pinned) is C(name:tag@digest) for
+    the serve role to run exactly that content.
+  - The action plugin prints bytes done and total, rate and ETA while images are fetched
+    (C(ttfleet_progress_interval)), as for weights.
+extends_documentation_fragment:
+  - ttfleet.inference.attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Reports which images would be fetched and their bytes (asking the registry for their manifests; when it cannot
+        be reached the bytes are unknown and a warning says why). Fetches nothing.
+  diff_mode:
+    support: full
+    details:
+      - The diff lists each image, present or to be fetched with its source and bytes.
+  idempotent:
+    support: full
+options:
+  images:
+    description: The images the host needs.
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      image:
+        description: The reference to fetch and run (after the site's registry mirrors).
+        type: str
+        required: true
+      origin:
+        description: The reference the release's spec names, for messages.
+        type: str
+      archive:
+        description: A C(docker save) tarball on the host to load when the engine lacks the image (a regular file).
+        type: path
+      archive_s3_key:
+        description: The key of such a tarball in the S3 bucket O(s3_bucket), streamed into the engine.
+        type: str
+  pull:
+    description: Whether a missing image without an archive may be pulled from its registry.
+    type: bool
+    default: true
+  docker_socket:
+    description: The Docker engine's API socket.
+    type: path
+    default: /var/run/docker.sock
+  docker_config:
+    description: Docker's client config of root, where registry credentials are stored (mode 0600).
+    type: path
+    default: /root/.docker/config.json
+  certs_dir:
+    description: Docker's directory of registry CAs (C(<certs_dir>/<registry>/ca.crt)), also trusted for manifests.
+    type: path
+    default: /etc/docker/certs.d
+  expansion:
+    description: Bytes of disk needed per byte of compressed layers (the download plus the unpacked layers).
+    type: float
+    default: 2.5
+  stall_timeout:
+    description: Seconds the pull may go without a progress message from the engine before it is abandoned.
+    type: int
+    default: 300
+  timeout:
+    description: Seconds for a registry answer (a manifest, a token).
+    type: int
+    default: 60
+  status_file:
+    description: Where progress is written as JSON while images are fetched (the action plugin sets it).
+    type: path
+  s3_endpoint:
+    description: S3 endpoint of O(images[].archive_s3_key).
+    type: str
+  s3_bucket:
+    description: Bucket of O(images[].archive_s3_key).
+    type: str
+  s3_prefix:
+    description: Prefix of the keys in the bucket.
+    type: str
+    default: ''
+  s3_region:
+    description: Region used to sign S3 requests.
+    type: str
+    default: us-east-1
+  s3_access_key:
+    description: S3 access key.
+    type: str
+  s3_secret_key:
+    description: S3 secret key.
+    type: str
+  s3_session_token:
+    description: S3 session token.
+    type: str
+  s3_ca_bundle:
+    description: CA bundle for the S3 endpoint.
+    type: path
+  s3_verify:
+    description: Whether the S3 endpoint's certificate is verified.
+    type: bool
+    default: true
+notes:
+  - A registry that stops mid-pull makes the engine retry; when it stays away the pull fails with the engine's error,
+    layers already complete stay in the engine, and the next run fetches only the rest. Nothing running is touched.
+author:
+  - ttfleet.inference contributors
+"""
+
+EXAMPLES = r"""
+- name: Fetch the images of the instances
+  ttfleet.inference.container_image:
+    images:
+      - image: registry.site.example:5000/tenstorrent/tt-inference-server/tt-media-inference-server:0.20.0-b204341
+        origin: ghcr.io/tenstorrent/tt-inference-server/tt-media-inference-server:0.20.0-b204341
+
+- name: Load an image from a tarball at an air-gapped site
+  ttfleet.inference.container_image:
+    images:
+      - image: ghcr.io/tenstorrent/tt-media-inference-server:0.20.0-b204341
+        archive: /srv/images/tt-media-inference-server-0.20.0.tar
+"""
+
+RETURN = r"""
+images:
+  description: Per image, what the host has now.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    image:
+      description: The reference.
+      type: str
+    origin:
+      description: The reference the spec names.
+      type: str
+    source:
+      description: V(present) (nothing fetched), V(registry), V(archive) or V(s3).
+      type: str
+    id:
+      description: The engine's image id (V(null) in check mode for an image to fetch).
+      type: str
+    digest:
+      description: The registry digest of the image's repository, or V(null) (an image loaded from an archive).
+      type: str
+    pinned:
+      description: C(name:tag@digest) when the digest is known, else the reference.
+      type: str
+    bytes:
+      description: Bytes fetched (or, in check mode, to fetch; V(null) when unknown).
+      type: int
+bytes:
+  description: Bytes fetched, or in check mode to fetch, in all.
+  returned: always
+  type: int
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.ttfleet.inference.plugins.module_utils._images import (
+    Engine,
+    ImageError,
+    Registry,
+    parse_reference,
+    read_auth,
+    repo_digest,
+)
+from ansible_collections.ttfleet.inference.plugins.module_utils._progress import Progress
+from ansible_collections.ttfleet.inference.plugins.module_utils._s3_options import S3_OPTIONS
+from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
+    free_bytes,
+    human_bytes,
+    open_path,
+)
+
+
+def _plan(params, engine, check_mode, warn):
+    """Per image: the engine's record, and for a missing one its source and size."""
+    plan = []
+    registries = {}
+    for item in params["images"]:
+        ref = parse_reference(item["image"], "images[].image")
+        entry = {"item": item, "ref": ref, "record": engine.inspect(item["image"]), "size": None, "source": "present"}
+        plan.append(entry)
+        if entry["record"] is not None:
+            continue
+        if item.get("archive"):
+            entry["source"] = "archive"
+            try:
+                entry["size"] = os.stat(item["archive"]).st_size
+            except OSError as exc:
+                raise ImageError(
+                    f"{ref}: its archive {item['archive']} cannot be read ({exc.strerror}): copy the docker save "
+                    "tarball there or remove archive"
+                ) from None
+            continue
+        if item.get("archive_s3_key"):
+            entry["source"] = "s3"
+            entry["size"] = _s3_client(params).head_object(params["s3_bucket"], _s3_key(params, item))
+            if entry["size"] is None:
+                raise ImageError(f"{ref}: s3://{params['s3_bucket']}/{_s3_key(params, item)} does not exist")
+            entry["size"] = entry["size"]["size"]
+            continue
+        if not params["pull"]:
+            raise ImageError(
+                f"image {ref} is not on the host and pulls are off: give it an archive or allow pulls "
+                "(serve_image_pull)"
+            )
+        entry["source"] = "registry"
+        if ref.registry not in registries:
+            registries[ref.registry] = Registry(
+                ref.registry,
+                read_auth(params["docker_config"], ref.registry),
+                certs_dir=params["certs_dir"],
+                timeout=params["timeout"],
+                stall=min(params["timeout"], 60),
+            )
+        try:
+            resolved = registries[ref.registry].resolve(ref.path, ref.reference)
+        except ImageError as exc:
+            if not check_mode:
+                raise
+            warn(f"{ref}: {exc}; its size is unknown")
+            continue
+        entry["size"] = resolved["bytes"]
+        entry["auth"] = registries[ref.registry].auth
+    return plan
+
+
+def _s3_client(params):
+    from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client
+
+    return S3Client.from_options(params)
+
+
+def _s3_key(params, item):
+    prefix = params["s3_prefix"].strip("/")
+    return f"{prefix}/{item['archive_s3_key']}" if prefix else item["archive_s3_key"]
+
+
+def _preflight(params, engine, plan):
+    need = sum(e["size"] or 0 for e in plan if e["source"] != "present")
+    if not need:
+        return
+    root = engine.info().get("DockerRootDir") or "/var/lib/docker"
+    free = free_bytes(root)
+    wanted = int(need * params["expansion"])
+    if free < wanted:
+        names = ", ".join(f"{e['ref']} ({human_bytes(e['size'] or 0)})" for e in plan if e["source"] != "present")
+        raise ImageError(
+            f"the images to fetch need about {human_bytes(wanted)} in {root} ({human_bytes(need)} of compressed layers "
+            f"times {params['expansion']}) and it has {human_bytes(free)} free: {names}. Free space there (docker "
+            "image prune removes images no container uses) or move the engine's data-root"
+        )
+
+
+def _fetch(params, engine, plan, progress):
+    base = 0
+    for entry in plan:
+        if entry["source"] == "present":
+            continue
+        item, ref = entry["item"], entry["ref"]
+
+        def report(done, base=base, ref=ref):
+            progress.advance(base + done - progress.done, str(ref))
+
+        if entry["source"] == "registry":
+            entry["fetched"] = engine.pull(ref, entry.get("auth"), entry["size"] or 0, report=report)
+        else:
+            if entry["source"] == "archive":
+                fd, st = open_path(item["archive"])
+                handle = os.fdopen(fd, "rb")
+                size = st.st_size
+            else:
+                resp, _start = _s3_client(params).open_object(
+                    params["s3_bucket"], _s3_key(params, item), 0, entry["size"]
+                )
+                handle, size = resp, entry["size"]
+            with handle:
+                loaded = engine.load(handle, size, report=report)
+            entry["fetched"] = size
+            if engine.inspect(item["image"]) is None:
+                raise ImageError(
+                    f"the archive of {ref} ({item.get('archive') or item.get('archive_s3_key')}) does not hold it; it "
+                    f"loaded {', '.join(loaded) or 'nothing'}: save it with docker save {item.get('origin') or ref}"
+                )
+        entry["record"] = engine.inspect(item["image"])
+        if entry["record"] is None:
+            raise ImageError(f"the engine does not list {ref} after its {entry['source']} fetch")
+        base += entry["size"] or entry["fetched"]
+
+
+def _result(plan, check_mode):
+    images = []
+    for entry in plan:
+        record, ref = entry["record"], entry["ref"]
+        digest = repo_digest(record, ref) or (ref.digest if record is not None else None)
+        images.append(
+            {
+                "image": str(entry["item"]["image"]),
+                "origin": entry["item"].get("origin") or entry["item"]["image"],
+                "source": entry["source"],
+                "id": record.get("Id") if record else None,
+                "digest": digest,
+                "pinned": ref.pinned(digest) if digest and not ref.digest else entry["item"]["image"],
+                "bytes": (entry["size"] if check_mode else entry.get("fetched", entry["size"]))
+                if entry["source"] != "present"
+                else 0,
+            }
+        )
+    return images
+
+
+def _diff(images, check_mode):
+    before, after = [], []
+    for image in images:
+        if image["source"] == "present":
+            line = f"{image['image']}: present"
+            before.append(line)
+            after.append(line)
+            continue
+        size = "unknown size" if image["bytes"] is None else human_bytes(image["bytes"])
+        before.append(f"{image['image']}: absent")
+        after.append(f"{image['image']}: {'to fetch' if check_mode else 'fetched'} from {image['source']} ({size})")
+    return {"before": "\n".join(before) + "\n", "after": "\n".join(after) + "\n"}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            images=dict(
+                type="list",
+                elements="dict",
+                required=True,
+                options=dict(
+                    image=dict(type="str", required=True),
+                    origin=dict(type="str"),
+                    archive=dict(type="path"),
+                    archive_s3_key=dict(type="str", no_log=False),
+                ),
+            ),
+            pull=dict(type="bool", default=True),
+            docker_socket=dict(type="path", default="/var/run/docker.sock"),
+            docker_config=dict(type="path", default="/root/.docker/config.json"),
+            certs_dir=dict(type="path", default="/etc/docker/certs.d"),
+            expansion=dict(type="float", default=2.5),
+            stall_timeout=dict(type="int", default=300),
+            timeout=dict(type="int", default=60),
+            status_file=dict(type="path"),
+            **S3_OPTIONS,
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    engine = Engine(params["docker_socket"], stall=params["stall_timeout"])
+    try:
+        plan = _plan(params, engine, module.check_mode, module.warn)
+        if not module.check_mode:
+            _preflight(params, engine, plan)
+            total = sum(e["size"] or 0 for e in plan if e["source"] != "present")
+            progress = Progress(total, params["status_file"])
+            _fetch(params, engine, plan, progress)
+            if total:
+                progress.write(state="done")
+    except ImageError as exc:
+        module.fail_json(msg=str(exc))
+    except Exception as exc:  # an S3 or file error: a failure naming it, never a traceback
+        module.fail_json(msg=f"container_image: {type(exc).__name__}: {exc}")
+    images = _result(plan, module.check_mode)
+    changed = any(image["source"] != "present" for image in images)
+    result = {
+        "changed": changed,
+        "images": images,
+        "bytes": sum(image["bytes"] or 0 for image in images),
+    }
+    if module._diff:
+        result["diff"] = _diff(images, module.check_mode)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

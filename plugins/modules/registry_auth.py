@@ -1,0 +1,203 @@
+#!/usr/bin/python
+# Copyright (c) ttfleet.inference contributors
+# SPDX-License-Identifier: Apache-2.0
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: registry_auth
+short_description: Store a registry's credentials and CA for root's Docker engine
+version_added: 0.2.0
+description:
+  - Writes the username and password of O(registry) into root's Docker client config (O(docker_config),
+    C(auths.<registry>.auth), mode 0600, its directory 0700), where C(docker pull), C(docker run) and
+    ttfleet.inference.container_image find them. Other entries of the file (other registries, C(credsStore)) are
+    kept.
+  - Writes O(ca_cert) to C(<certs_dir>/<registry>/ca.crt), which Docker trusts for that registry only (no engine
+    restart, no C(insecure-registries)).
+  - The password never reaches argv, logs, facts or diffs; the diff shows the registry and the username only.
+extends_documentation_fragment:
+  - ttfleet.inference.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+    details:
+      - The registry, the username, whether the password changes (never the password) and the CA's fingerprint.
+  idempotent:
+    support: full
+options:
+  registry:
+    description: The registry, C(host[:port]) as image references name it (V(registry.site.example:5000), V(ghcr.io)).
+    type: str
+    required: true
+  username:
+    description: Username at the registry (required with O(state=present)).
+    type: str
+  password:
+    description: Password or token (vault it).
+    type: str
+  ca_cert:
+    description: PEM of the CA that signed the registry's certificate, when it is not a public one.
+    type: str
+  state:
+    description: V(absent) removes the credentials (and the CA file this module wrote).
+    type: str
+    choices: [present, absent]
+    default: present
+  docker_config:
+    description: Root's Docker client config.
+    type: path
+    default: /root/.docker/config.json
+  certs_dir:
+    description: Docker's registry CA directory.
+    type: path
+    default: /etc/docker/certs.d
+author:
+  - ttfleet.inference contributors
+"""
+
+EXAMPLES = r"""
+- name: Store the site registry's credentials
+  ttfleet.inference.registry_auth:
+    registry: registry.site.example:5000
+    username: fleet
+    password: "{{ vault_site_registry_password }}"
+    ca_cert: "{{ lookup('ansible.builtin.file', 'site-ca.crt') }}"
+  no_log: true
+"""
+
+RETURN = r"""
+registry:
+  description: The registry.
+  returned: always
+  type: str
+"""
+
+import hashlib
+import json
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.ttfleet.inference.plugins.module_utils._images import (
+    ImageError,
+    check_mirrors,
+    encode_auth,
+    read_auth,
+)
+from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
+    SafeFileError,
+    make_path,
+    read_bytes,
+    unlink,
+    write_atomic,
+)
+
+PEM_LIMIT = 256 * 1024
+
+
+def _config(params):
+    directory, name = os.path.split(params["docker_config"])
+    dirfd = make_path(directory, 0o700)
+    try:
+        raw = read_bytes(dirfd, name, 4 * 1024 * 1024)
+    except SafeFileError:
+        os.close(dirfd)
+        raise
+    try:
+        data = json.loads(raw) if raw else {}
+    except ValueError:
+        os.close(dirfd)
+        raise ImageError(f"{params['docker_config']} is not JSON: fix or remove it") from None
+    if not isinstance(data, dict):
+        os.close(dirfd)
+        raise ImageError(f"{params['docker_config']} is not a JSON object: fix or remove it")
+    return dirfd, name, data
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            registry=dict(type="str", required=True),
+            username=dict(type="str"),
+            password=dict(type="str", no_log=True),
+            ca_cert=dict(type="str"),
+            state=dict(type="str", choices=["present", "absent"], default="present"),
+            docker_config=dict(type="path", default="/root/.docker/config.json"),
+            certs_dir=dict(type="path", default="/etc/docker/certs.d"),
+        ),
+        required_if=[("state", "present", ["username", "password"])],
+        supports_check_mode=True,
+    )
+    params = module.params
+    registry = params["registry"]
+    try:
+        # A registry is a host[:port]: the same check as a mirror prefix, without a path.
+        check_mirrors({registry: registry}, "registry")
+        if "/" in registry:
+            raise ImageError(f"registry {registry!r}: give the host[:port] only, without a path")
+        before = read_auth(params["docker_config"], registry) if os.path.exists(params["docker_config"]) else None
+        after = (params["username"], params["password"]) if params["state"] == "present" else None
+        changed_auth = before != after
+        ca_path = os.path.join(params["certs_dir"], registry, "ca.crt")
+        ca_before = None
+        if os.path.isfile(ca_path):
+            with open(ca_path, "rb") as handle:
+                ca_before = handle.read(PEM_LIMIT)
+        ca_after = None
+        if params["state"] == "present" and params["ca_cert"]:
+            ca_after = params["ca_cert"].strip().encode() + b"\n"
+            if b"-----BEGIN CERTIFICATE-----" not in ca_after:
+                raise ImageError(f"ca_cert of {registry} is not a PEM certificate (-----BEGIN CERTIFICATE-----)")
+        changed_ca = (ca_after is not None and ca_before != ca_after) or (
+            params["state"] == "absent" and ca_before is not None
+        )
+        if not module.check_mode and changed_auth:
+            dirfd, name, data = _config(params)
+            try:
+                auths = data.setdefault("auths", {})
+                if not isinstance(auths, dict):
+                    raise ImageError(f"{params['docker_config']}: auths is not an object: fix or remove it")
+                for key in (registry, f"https://{registry}", f"http://{registry}"):
+                    auths.pop(key, None)
+                if after is not None:
+                    auths[registry] = {"auth": encode_auth(*after)}
+                write_atomic(dirfd, name, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode(), 0o600, (0, 0))
+            finally:
+                os.close(dirfd)
+        if not module.check_mode and changed_ca:
+            dirfd = make_path(os.path.dirname(ca_path), 0o755)
+            try:
+                if ca_after is not None:
+                    write_atomic(dirfd, "ca.crt", ca_after, 0o644, (0, 0))
+                else:
+                    unlink(dirfd, "ca.crt")
+            finally:
+                os.close(dirfd)
+    except (ImageError, SafeFileError, OSError) as exc:
+        module.fail_json(msg=f"registry_auth of {registry}: {exc}")
+    result = {"changed": changed_auth or changed_ca, "registry": registry}
+    if module._diff:
+
+        def show(auth, ca):
+            who = f"{registry}: {'user ' + repr(auth[0]) if auth else 'no credentials'}"
+            fingerprint = hashlib.sha256(ca).hexdigest()[:16] if ca else "none"
+            return f"{who}\nca.crt sha256 {fingerprint}\n"
+
+        result["diff"] = {
+            "before": show(before, ca_before),
+            "after": show(
+                after,
+                ca_after
+                if params["state"] == "present" and ca_after
+                else (None if params["state"] == "absent" else ca_before),
+            )
+            + ("password: changed\n" if before and after and before[1] != after[1] else ""),
+        }
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
