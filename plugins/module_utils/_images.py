@@ -402,8 +402,11 @@ class Registry:
         except _net.NetError as exc:
             raise ImageError(f"{what} from {self.registry}: {exc}") from None
 
-    def manifest(self, path: str, reference: str, method: str = "GET") -> tuple[bytes, str, str]:
-        """(body, media type, digest) of a manifest; ImageError when the registry does not have it."""
+    def manifest(
+        self, path: str, reference: str, method: str = "GET", missing_ok: bool = False
+    ) -> tuple[bytes, str, str]:
+        """(body, media type, digest) of a manifest; ImageError when the registry does not have it (with
+        ``missing_ok``: empty values)."""
         what = f"the manifest of {self.registry}/{path}:{reference}"
         deadline = self._deadline(what)
         try:
@@ -420,6 +423,8 @@ class Registry:
                 digest = resp.headers.get("Docker-Content-Digest") or ""
         except urllib.error.HTTPError as exc:
             if exc.code == 404:
+                if missing_ok:
+                    return b"", "", ""
                 raise ImageError(
                     f"registry {self.registry} has no image {path}:{reference} (HTTP 404 {_error_text(exc)})"
                 ) from None
@@ -569,7 +574,13 @@ class VerifyingReader:
         want = min(amount, self.size - self.done)
         if want <= 0:
             return b""
-        data = self.resp.read(want)
+        try:
+            data = self.resp.read(want)
+        except (OSError, http.client.HTTPException) as exc:
+            raise ImageError(
+                f"the blob {self.digest[:19]} broke off after {self.done} of its {self.size} bytes "
+                f"({type(exc).__name__}: {_net.printable(exc, 200)})"
+            ) from None
         self.done += len(data)
         self.hash.update(data)
         if self.report is not None and data:

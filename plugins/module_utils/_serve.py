@@ -37,6 +37,7 @@ PASSED_KEYS = (
     "engine",
     "image",
     "image_archive",
+    "image_archive_s3_key",
     "spec",
     "profile",
     "kernel_cache",

@@ -254,6 +254,8 @@ def instance_report(entry: JSON, timeout: float, runner: Runner = subprocess.run
         "impl": data.get("impl") or data.get("impl_id"),
         "engine": data.get("engine"),
         "image": data.get("image"),
+        "image_origin": data.get("image_origin") or data.get("image"),
+        "image_digest": data.get("image_digest") or None,
         "port": data.get("port"),
         "device_ids": data.get("device_ids"),
         "release": data.get("ttis_release") or data.get("release"),
@@ -301,11 +303,23 @@ def _base(path: object) -> str:
     return os.path.basename(path)
 
 
+def _image_cell(item: Mapping[str, Any]) -> str:
+    """The image's last path component and tag, and the first 12 hex digits of its registry digest."""
+    image = item.get("image")
+    if not isinstance(image, str) or not image:
+        return "-"
+    short = image.rsplit("/", 1)[-1]
+    digest = item.get("image_digest")
+    if isinstance(digest, str) and digest.startswith("sha256:"):
+        short += "@" + digest[7:19]
+    return _cell(short)
+
+
 def status_lines(rows: Iterable[Any] | None) -> list[str]:
     """A fixed-width table of the fleet report rows: one line per instance, one per host without any. Every cell
     goes through ``_net.printable``: a state, a name or a path with ESC, OSC, CR, LF or a bidi override reaches the
     terminal as escapes."""
-    header = ("HOST", "DEVICE", "RELEASE", "INSTANCE", "PORT", "UNIT", "HEALTH", "VOLUME")
+    header = ("HOST", "DEVICE", "RELEASE", "INSTANCE", "PORT", "UNIT", "HEALTH", "VOLUME", "IMAGE")
     table = [header]
     for row in rows or []:
         row = _mapping(row)
@@ -313,13 +327,13 @@ def status_lines(rows: Iterable[Any] | None) -> list[str]:
         device = _cell(row.get("device_type"))
         release = _cell(row.get("release"))
         if not row.get("reachable", True):
-            table.append((host, device, release, "-", "-", "-", "unreachable", "-"))
+            table.append((host, device, release, "-", "-", "-", "unreachable", "-", "-"))
             continue
         instances = row.get("instances") or []
         if not isinstance(instances, list):
             instances = [{}]
         if not instances:
-            table.append((host, device, release, "(none)", "-", "-", "-", "-"))
+            table.append((host, device, release, "(none)", "-", "-", "-", "-", "-"))
         for item in instances:
             item = _mapping(item)
             volume = _mapping(item.get("volume"))
@@ -339,6 +353,7 @@ def status_lines(rows: Iterable[Any] | None) -> list[str]:
                     _cell(_mapping(item.get("unit")).get("active_state")),
                     _cell(_mapping(item.get("health")).get("status")),
                     _cell(name),
+                    _image_cell(item),
                 )
             )
     widths = [max(len(line[i]) for line in table) for i in range(len(header))]

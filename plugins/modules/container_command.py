@@ -86,12 +86,11 @@ options:
     default: '1000'
   registry_mirrors:
     description:
-      - Registry prefixes mapped to the site's mirror, for example
-        C({"ghcr.io/tenstorrent": "registry.site.example:5000/tenstorrent"}) (the serve role passes
-        C(tt_registry_mirrors)). A prefix matches whole components of the image's name and the longest one wins;
-        the command then runs the mapped reference, the rest of the reference (path below the prefix, tag) kept as
-        written. It applies to whatever image the spec or O(image) names, so it survives upgrades. The argv is
-        otherwise C(run.py)'s.
+      - Registry prefixes mapped to the site's mirror, for example the key C(ghcr.io/tenstorrent) with the value
+        C(registry.site.example:5000/tenstorrent) (the serve role passes C(tt_registry_mirrors)). A prefix matches
+        whole components of the image's name and the longest one wins; the command then runs the mapped reference,
+        the rest of the reference (path below the prefix, tag) kept as written. It applies to whatever image the
+        spec or O(image) names, so it survives upgrades. The argv is otherwise C(run.py)'s.
       - A prefix with a scheme (C(https://)) or without a registry host is refused.
     type: dict
   env_file:

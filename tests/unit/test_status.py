@@ -136,7 +136,7 @@ def test_describe_expected_names_the_volume_a_hardlinked_directory_shares_weight
     assert info["weights_from"] == str(old) and info["tt_metal_commit"] == "b204341"
     assert info["weights"]["usable"] and info["kernel_cache_meshes"] == []
     row = {"host": "qb2", "reachable": True, "instances": [{"instance": "q", "volume": info}]}
-    assert _status.status_lines([row])[1].endswith(f"{new.name} (weights of {old.name})")
+    assert _status.status_lines([row])[1].endswith(f"{new.name} (weights of {old.name})  -")
 
 
 def test_host_report_marks_unhealthy(tmp_path, server):
@@ -185,7 +185,7 @@ def test_status_lines_table():
         {"host": "gone", "device_type": "t3k", "reachable": False},
     ]
     lines = _status.status_lines(rows)
-    assert lines[0].split() == ["HOST", "DEVICE", "RELEASE", "INSTANCE", "PORT", "UNIT", "HEALTH", "VOLUME"]
+    assert lines[0].split() == ["HOST", "DEVICE", "RELEASE", "INSTANCE", "PORT", "UNIT", "HEALTH", "VOLUME", "IMAGE"]
     assert lines[1].split() == [
         "qb2",
         "p300x2",
@@ -197,6 +197,7 @@ def test_status_lines_table():
         "volume_id_tt_transformers-Qwen3-32B-v0.17.0",
         "->",
         "volume_id_tt_transformers-Qwen3-32B-vqb2_launch",
+        "-",
     ]
     assert lines[2].split()[:4] == ["n150-1", "n150", "-", "(none)"]
     assert "unreachable" in lines[3].split()
@@ -214,3 +215,18 @@ def test_a_serve_profile_is_reported_and_shown_after_the_instance(tmp_path):
     assert (item["profile"], item["spec_source"]) == ("p1d1", "runtime_model_spec")
     row = {"host": "p150x2-03", "device_type": "p150x2", "release": "v0.20.0", "instances": [item]}
     assert _status.status_lines([row])[1].split()[3:5] == ["qwen-b", "(p1d1)"]
+
+
+def test_status_lines_show_the_image_and_its_digest():
+    digest = "sha256:" + "0123456789ab" + "f" * 52
+    item = {
+        "instance": "q",
+        "image": "reg.site:5000/tenstorrent/tt-inference-server/vllm-x:0.20.0-b2",
+        "image_digest": digest,
+    }
+    row = {"host": "h", "reachable": True, "instances": [item]}
+    assert _status.status_lines([row])[1].split()[-1] == "vllm-x:0.20.0-b2@0123456789ab"
+    item["image_digest"] = None
+    assert _status.status_lines([row])[1].split()[-1] == "vllm-x:0.20.0-b2"
+    item["image"] = "evil\x1b]0;x\x07/y:1"
+    assert "\x1b" not in _status.status_lines([row])[1]

@@ -1,0 +1,263 @@
+#!/usr/bin/python
+# Copyright (c) ttfleet.inference contributors
+# SPDX-License-Identifier: Apache-2.0
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: image_mirror
+short_description: Copy images from their origin into the site registry, each blob read once
+version_added: 0.2.0
+description:
+  - For each pair in O(images), makes the site registry hold O(images[].target) with the content of
+    O(images[].source), speaking the registry HTTP API v2 to both (no Docker engine needed on the cache host).
+  - A target tag that already holds the source's digest costs one manifest request to each registry and copies
+    nothing. Otherwise each blob the target lacks is streamed from the origin to the target once (its sha256 is checked
+    while it streams, and the target checks it again), then the manifest is put, byte for byte, so the digest stays
+    the origin's. For a multi-platform index only the host platform's image (linux/amd64 on x86_64) is copied and
+    tagged.
+  - This is the push mirror of the site. Fleet hosts map the origin to it (C(tt_registry_mirrors)) and the origin is
+    read once per site, however many hosts pull.
+  - The action plugin prints bytes done and total, rate and ETA while blobs are copied.
+extends_documentation_fragment:
+  - ttfleet.inference.attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Asks both registries and reports the images and bytes that would be copied.
+  diff_mode:
+    support: full
+  idempotent:
+    support: full
+options:
+  images:
+    description: Pairs of references.
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      source:
+        description: The image at its origin (the reference the release's spec names).
+        type: str
+        required: true
+      target:
+        description: The image in the site registry.
+        type: str
+        required: true
+  source_username:
+    description: Username at the origin registries (anonymous pulls without it).
+    type: str
+  source_password:
+    description: Password or token at the origin registries.
+    type: str
+  target_username:
+    description: Username with push rights at the site registry.
+    type: str
+  target_password:
+    description: Its password.
+    type: str
+  plain_http:
+    description:
+      - Registries spoken to over plain HTTP. Only for a lab or a registry on a trusted loopback; every other registry
+        is HTTPS, its certificate checked against the system CAs and C(<certs_dir>/<registry>/ca.crt).
+    type: list
+    elements: str
+    default: []
+  certs_dir:
+    description: Docker's registry CA directory.
+    type: path
+    default: /etc/docker/certs.d
+  timeout:
+    description: Seconds for a registry answer; a blob gets 300 s plus a second per MiB.
+    type: int
+    default: 60
+  status_file:
+    description: Where progress is written as JSON (the action plugin sets it).
+    type: path
+author:
+  - ttfleet.inference contributors
+"""
+
+EXAMPLES = r"""
+- name: Copy the fleet's images into the site registry
+  ttfleet.inference.image_mirror:
+    images:
+      - source: ghcr.io/tenstorrent/tt-inference-server/tt-media-inference-server:0.20.0-b204341
+        target: registry.site.example:5000/tenstorrent/tt-inference-server/tt-media-inference-server:0.20.0-b204341
+    target_username: mirror
+    target_password: "{{ vault_site_registry_push_password }}"
+  no_log: true
+"""
+
+RETURN = r"""
+images:
+  description: Per pair, the digest and what was copied.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    source:
+      description: The origin reference.
+      type: str
+    target:
+      description: The site reference.
+      type: str
+    digest:
+      description: The digest of the manifest in the site registry.
+      type: str
+    copied_bytes:
+      description: Bytes read from the origin (in check mode, to read).
+      type: int
+    blobs_copied:
+      description: Blobs copied.
+      type: int
+origin_bytes:
+  description: Bytes read from the origins in all.
+  returned: always
+  type: int
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.ttfleet.inference.plugins.module_utils._images import (
+    ImageError,
+    Registry,
+    VerifyingReader,
+    parse_reference,
+)
+from ansible_collections.ttfleet.inference.plugins.module_utils._progress import Progress
+from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import human_bytes
+
+
+def _client(cache, registry, auth, params):
+    key = (registry, auth)
+    if key not in cache:
+        cache[key] = Registry(
+            registry,
+            auth,
+            plain_http=registry in params["plain_http"],
+            certs_dir=params["certs_dir"],
+            timeout=params["timeout"],
+            stall=min(params["timeout"], 60),
+        )
+    return cache[key]
+
+
+def _auth(params, side):
+    user, password = params[f"{side}_username"], params[f"{side}_password"]
+    return (user, password) if user and password is not None else None
+
+
+def plan(params):
+    clients = {}
+    work = []
+    for pair in params["images"]:
+        source = parse_reference(pair["source"], "images[].source")
+        target = parse_reference(pair["target"], "images[].target")
+        if target.digest or not target.tag:
+            raise ImageError(f"images[].target {pair['target']!r}: give the site registry's reference with a tag")
+        src = _client(clients, source.registry, _auth(params, "source"), params)
+        dst = _client(clients, target.registry, _auth(params, "target"), params)
+        resolved = src.resolve(source.path, source.reference)
+        digest = resolved.get("platform_digest") or resolved["digest"]
+        _body, _media, have = dst.manifest(target.path, target.tag, method="HEAD", missing_ok=True)
+        entry = {
+            "pair": pair,
+            "source": source,
+            "target": target,
+            "src": src,
+            "dst": dst,
+            "resolved": resolved,
+            "digest": digest,
+            "present": have == digest,
+            "missing": [],
+        }
+        if not entry["present"]:
+            entry["missing"] = [b for b in resolved["blobs"] if not dst.has_blob(target.path, b["digest"])]
+        work.append(entry)
+    return work
+
+
+def copy(work, progress):
+    for entry in work:
+        if entry["present"]:
+            continue
+        source, target, src, dst = entry["source"], entry["target"], entry["src"], entry["dst"]
+        for blob in entry["missing"]:
+            resp = src.open_blob(source.path, blob["digest"], blob["size"])
+            with resp:
+                reader = VerifyingReader(
+                    resp, blob["digest"], blob["size"], report=lambda n, ref=target: progress.advance(n, str(ref))
+                )
+                dst.upload_blob(target.path, blob["digest"], blob["size"], reader)
+                reader.finish()
+        resolved = entry["resolved"]
+        body = resolved.get("platform_manifest") or resolved["manifest"]
+        media = resolved.get("platform_media_type") or resolved["media_type"]
+        pushed = dst.put_manifest(target.path, target.tag, body, media)
+        if pushed and pushed != entry["digest"]:
+            raise ImageError(f"{target}: the site registry stored digest {pushed}, not the origin's {entry['digest']}")
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            images=dict(
+                type="list",
+                elements="dict",
+                required=True,
+                options=dict(source=dict(type="str", required=True), target=dict(type="str", required=True)),
+            ),
+            source_username=dict(type="str"),
+            source_password=dict(type="str", no_log=True),
+            target_username=dict(type="str"),
+            target_password=dict(type="str", no_log=True),
+            plain_http=dict(type="list", elements="str", default=[]),
+            certs_dir=dict(type="path", default="/etc/docker/certs.d"),
+            timeout=dict(type="int", default=60),
+            status_file=dict(type="path"),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    try:
+        work = plan(params)
+        total = sum(b["size"] for entry in work for b in entry["missing"])
+        if not module.check_mode:
+            progress = Progress(total, params["status_file"])
+            copy(work, progress)
+            if total:
+                progress.write(state="done")
+    except ImageError as exc:
+        module.fail_json(msg=str(exc))
+    images = [
+        {
+            "source": entry["pair"]["source"],
+            "target": entry["pair"]["target"],
+            "digest": entry["digest"],
+            "copied_bytes": sum(b["size"] for b in entry["missing"]),
+            "blobs_copied": len(entry["missing"]),
+        }
+        for entry in work
+    ]
+    result = {
+        "changed": any(not entry["present"] for entry in work),
+        "images": images,
+        "origin_bytes": sum(image["copied_bytes"] for image in images),
+    }
+    if module._diff:
+        result["diff"] = {
+            "before": "".join(f"{e['pair']['target']}: {'present' if e['present'] else 'absent'}\n" for e in work),
+            "after": "".join(
+                f"{e['pair']['target']}: {e['digest']}"
+                + ("" if e["present"] else f" (copy {human_bytes(sum(b['size'] for b in e['missing']))})")
+                + "\n"
+                for e in work
+            ),
+        }
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
