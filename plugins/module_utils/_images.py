@@ -283,12 +283,18 @@ class Registry:
         certs_dir: str = CERTS_DIR,
         timeout: float = _net.DEFAULT_TOTAL,
         stall: float = _net.DEFAULT_STALL,
+        ca_data: str | None = None,
     ) -> None:
         self.registry = registry
         host = DOCKER_HUB_API if registry == DOCKER_HUB else registry
         self.base = f"{'http' if plain_http else 'https'}://{host}"
         self.auth = auth
         self.context = None if plain_http else ssl_context(registry, certs_dir)
+        if self.context is not None and ca_data:
+            try:
+                self.context.load_verify_locations(cadata=ca_data)
+            except (ssl.SSLError, ValueError):
+                raise ImageError(f"the CA certificate given for {registry} is not a PEM certificate") from None
         self.timeout = timeout
         self.stall = stall
         self.tokens: dict[str, dict[str, str]] = {}

@@ -57,6 +57,16 @@ options:
   target_password:
     description: Its password.
     type: str
+  target_ca_cert:
+    description: PEM of the CA of the site registry's certificate, trusted for it beside the system CAs.
+    type: str
+  upstream:
+    description:
+      - Where the origins are read from, as registry prefixes mapped to another place, for example the key
+        C(ghcr.io) with the value C(proxy.site.example:5000) (a regional mirror or proxy of the origin). Same rules as
+        C(tt_registry_mirrors).
+    type: dict
+    default: {}
   plain_http:
     description:
       - Registries spoken to over plain HTTP. Only for a lab or a registry on a trusted loopback; every other registry
@@ -124,13 +134,14 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._images import (
     ImageError,
     Registry,
     VerifyingReader,
+    map_image,
     parse_reference,
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._progress import Progress
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import human_bytes
 
 
-def _client(cache, registry, auth, params):
+def _client(cache, registry, auth, params, ca_data=None):
     key = (registry, auth)
     if key not in cache:
         cache[key] = Registry(
@@ -140,6 +151,7 @@ def _client(cache, registry, auth, params):
             certs_dir=params["certs_dir"],
             timeout=params["timeout"],
             stall=min(params["timeout"], 60),
+            ca_data=ca_data,
         )
     return cache[key]
 
@@ -153,12 +165,13 @@ def plan(params):
     clients = {}
     work = []
     for pair in params["images"]:
-        source = parse_reference(pair["source"], "images[].source")
+        read_from, _prefix = map_image(pair["source"], params["upstream"], "images[].source")
+        source = parse_reference(read_from, "images[].source")
         target = parse_reference(pair["target"], "images[].target")
         if target.digest or not target.tag:
             raise ImageError(f"images[].target {pair['target']!r}: give the site registry's reference with a tag")
         src = _client(clients, source.registry, _auth(params, "source"), params)
-        dst = _client(clients, target.registry, _auth(params, "target"), params)
+        dst = _client(clients, target.registry, _auth(params, "target"), params, params["target_ca_cert"])
         resolved = src.resolve(source.path, source.reference)
         digest = resolved.get("platform_digest") or resolved["digest"]
         _body, _media, have = dst.manifest(target.path, target.tag, method="HEAD", missing_ok=True)
@@ -213,6 +226,8 @@ def main():
             source_password=dict(type="str", no_log=True),
             target_username=dict(type="str"),
             target_password=dict(type="str", no_log=True),
+            target_ca_cert=dict(type="str"),
+            upstream=dict(type="dict", default={}),
             plain_http=dict(type="list", elements="str", default=[]),
             certs_dir=dict(type="path", default="/etc/docker/certs.d"),
             timeout=dict(type="int", default=60),
