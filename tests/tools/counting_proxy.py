@@ -41,7 +41,11 @@ def make_handler(upstream, log_path, keep_host=False, rate=0):
         def _relay(self):
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else None
-            headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP}
+            headers = {}
+            for key, value in self.headers.items():
+                if key.lower() not in HOP:
+                    # Repeated headers (a Docker engine sends one Accept per media type) are joined, not dropped.
+                    headers[key] = f"{headers[key]}, {value}" if key in headers else value
             if not keep_host:
                 headers["Host"] = target.netloc
             conn = http.client.HTTPConnection(target.hostname, target.port, timeout=120)
@@ -51,7 +55,10 @@ def make_handler(upstream, log_path, keep_host=False, rate=0):
                 resp = conn.getresponse()
                 status = resp.status
                 self.send_response(resp.status)
-                chunked = resp.getheader("Content-Length") is None and self.command != "HEAD"
+                # A HEAD answer, a 204 and a 304 have no body: no chunked framing either (its terminator would be
+                # read as the start of the next response on the connection).
+                bodiless = self.command == "HEAD" or resp.status in (204, 304)
+                chunked = resp.getheader("Content-Length") is None and not bodiless
                 for key, value in resp.getheaders():
                     if key.lower() not in HOP:
                         self.send_header(key, value)
