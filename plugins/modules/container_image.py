@@ -141,6 +141,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+seconds:
+  description: How long the module ran.
+  returned: always
+  type: float
 images:
   description: Per image, what the host has now.
   returned: always
@@ -175,6 +179,7 @@ bytes:
 """
 
 import os
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -373,6 +378,7 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
+    started = time.monotonic()
     engine = Engine(params["docker_socket"], stall=params["stall_timeout"])
     try:
         plan = _plan(params, engine, module.check_mode, module.warn)
@@ -394,6 +400,7 @@ def main():
         "images": images,
         "bytes": sum(image["bytes"] or 0 for image in images),
     }
+    result["seconds"] = round(time.monotonic() - started, 2)
     if module._diff:
         result["diff"] = _diff(images, module.check_mode)
     module.exit_json(**result)

@@ -101,6 +101,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+seconds:
+  description: How long the module ran.
+  returned: always
+  type: float
 images:
   description: Per pair, the digest and what was copied.
   returned: always
@@ -127,6 +131,8 @@ origin_bytes:
   returned: always
   type: int
 """
+
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -236,6 +242,7 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
+    started = time.monotonic()
     try:
         work = plan(params)
         total = sum(b["size"] for entry in work for b in entry["missing"])
@@ -261,6 +268,7 @@ def main():
         "images": images,
         "origin_bytes": sum(image["copied_bytes"] for image in images),
     }
+    result["seconds"] = round(time.monotonic() - started, 2)
     if module._diff:
         result["diff"] = {
             "before": "".join(f"{e['pair']['target']}: {'present' if e['present'] else 'absent'}\n" for e in work),
