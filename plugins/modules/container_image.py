@@ -123,7 +123,7 @@ notes:
   - A registry that stops mid-pull makes the engine retry; when it stays away the pull fails with the engine's error,
     layers already complete stay in the engine, and the next run fetches only the rest. Nothing running is touched.
 author:
-  - ttfleet.inference contributors
+  - ttfleet.inference maintainers (@ttfleet)
 """
 
 EXAMPLES = r"""

@@ -86,7 +86,7 @@ options:
     description: Where progress is written as JSON (the action plugin sets it).
     type: path
 author:
-  - ttfleet.inference contributors
+  - ttfleet.inference maintainers (@ttfleet)
 """
 
 EXAMPLES = r"""

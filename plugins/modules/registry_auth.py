@@ -55,7 +55,7 @@ options:
     type: path
     default: /etc/docker/certs.d
 author:
-  - ttfleet.inference contributors
+  - ttfleet.inference maintainers (@ttfleet)
 """
 
 EXAMPLES = r"""

@@ -552,7 +552,9 @@ def padded_image(args):
             handle.write(
                 f"FROM {args.source}\nUSER 0\nRUN head -c {args.mib}M /dev/urandom > /lab-padding\nUSER {user}\n"
             )
-        proc = subprocess.run(["docker", "build", "-q", "-t", args.tag, tmp], capture_output=True, text=True)
+        proc = subprocess.run(
+            ["docker", "build", "-q", "-t", args.tag, tmp], capture_output=True, text=True, check=False
+        )
         if proc.returncode != 0:
             raise SystemExit(f"docker build of {args.tag} failed: {proc.stderr.strip()}")
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
