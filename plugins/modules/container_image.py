@@ -58,6 +58,11 @@ options:
       archive_s3_key:
         description: The key of such a tarball in the S3 bucket O(s3_bucket), streamed into the engine.
         type: str
+      size:
+        description:
+          - Bytes the image is known to have (its config and compressed layers), reported in check mode when the
+            registry cannot tell yet (the serve role passes what a planned site copy will put there).
+        type: int
   pull:
     description: Whether a missing image without an archive may be pulled from its registry.
     type: bool
@@ -246,7 +251,9 @@ def _plan(params, engine, check_mode, warn):
         except ImageError as exc:
             if not check_mode:
                 raise
-            warn(f"{ref}: {exc}; its size is unknown")
+            entry["size"] = item.get("size")
+            if entry["size"] is None:
+                warn(f"{ref}: {exc}; its size is unknown")
             continue
         entry["size"] = resolved["bytes"]
         entry["auth"] = registries[ref.registry].auth
@@ -363,6 +370,7 @@ def main():
                     origin=dict(type="str"),
                     archive=dict(type="path"),
                     archive_s3_key=dict(type="str", no_log=False),
+                    size=dict(type="int"),
                 ),
             ),
             pull=dict(type="bool", default=True),

@@ -123,6 +123,9 @@ images:
     copied_bytes:
       description: Bytes read from the origin (in check mode, to read).
       type: int
+    image_bytes:
+      description: Bytes of the image (its config and compressed layers).
+      type: int
     blobs_copied:
       description: Blobs copied.
       type: int
@@ -259,6 +262,7 @@ def main():
             "target": entry["pair"]["target"],
             "digest": entry["digest"],
             "copied_bytes": sum(b["size"] for b in entry["missing"]),
+            "image_bytes": entry["resolved"]["bytes"],
             "blobs_copied": len(entry["missing"]),
         }
         for entry in work
