@@ -527,14 +527,9 @@ class Registry:
                     raise ImageError(f"{what}: the source ended after {sent} of {size} bytes")
                 conn.send(chunk)
                 sent += len(chunk)
-            resp = conn.getresponse()
-            answer = _net.read_capped(resp, ERROR_LIMIT, "the answer", url, deadline)
-            resp.close()
-            conn.close()
         except (OSError, http.client.HTTPException, ssl.SSLError) as exc:
             raise ImageError(f"{what}: {_net.describe(exc, deadline, url)}") from None
-        if resp.status not in (201, 204):
-            raise ImageError(f"{what}: HTTP {resp.status} {_net.printable(answer.decode('utf-8', 'replace'), 300)}")
+        _answer(conn, what, url, deadline, (201, 204))
 
     def put_manifest(self, path: str, tag: str, body: bytes, media_type: str) -> str:
         what = f"the manifest of {self.registry}/{path}:{tag}"
@@ -543,16 +538,24 @@ class Registry:
         try:
             conn = _net.connection(*_net.origin(self.base), deadline, context=self.context)
             conn.request("PUT", f"/v2/{path}/manifests/{tag}", body=body, headers={"Content-Type": media_type, **creds})
-            resp = conn.getresponse()
-            answer = _net.read_capped(resp, ERROR_LIMIT, "the answer", self.base, deadline)
-            digest = resp.headers.get("Docker-Content-Digest") or ""
-            resp.close()
-            conn.close()
         except (OSError, http.client.HTTPException, ssl.SSLError) as exc:
             raise ImageError(f"{what}: {_net.describe(exc, deadline, self.base)}") from None
-        if resp.status not in (200, 201):
-            raise ImageError(f"{what}: HTTP {resp.status} {_net.printable(answer.decode('utf-8', 'replace'), 300)}")
-        return digest
+        return _answer(conn, what, self.base, deadline, (200, 201))
+
+
+def _answer(conn: Any, what: str, url: str, deadline: _net.Deadline, accepted: tuple[int, ...]) -> str:
+    """Read the (capped) answer to a request sent on ``conn``; returns its Docker-Content-Digest."""
+    try:
+        resp = conn.getresponse()
+        answer = _net.read_capped(resp, ERROR_LIMIT, "the answer", url, deadline)
+        digest = resp.headers.get("Docker-Content-Digest") or ""
+        resp.close()
+        conn.close()
+    except (OSError, http.client.HTTPException, ssl.SSLError) as exc:
+        raise ImageError(f"{what}: {_net.describe(exc, deadline, url)}") from None
+    if resp.status not in accepted:
+        raise ImageError(f"{what}: HTTP {resp.status} {_net.printable(answer.decode('utf-8', 'replace'), 300)}")
+    return digest
 
 
 def _json(body: bytes, what: str) -> JSON:
