@@ -74,6 +74,10 @@ class ImageError(Exception):
     """An image that cannot be named, found, fetched or loaded; the message names it and the fix."""
 
 
+class EngineAbsent(ImageError):
+    """No Docker engine listens on the socket (not installed yet, or stopped)."""
+
+
 @dataclass(frozen=True)
 class Reference:
     """An image reference as Docker reads it: ``registry/path[:tag][@digest]``."""
@@ -652,8 +656,8 @@ class Engine:
         try:
             conn.request(method, path, body=body, headers=dict(headers or {}))
             return conn.getresponse()
-        except FileNotFoundError:
-            raise ImageError(
+        except (FileNotFoundError, ConnectionRefusedError):
+            raise EngineAbsent(
                 f"no Docker engine answers on {self.socket_path}: install and start it (ttfleet.inference.tt_host)"
             ) from None
         except (OSError, http.client.HTTPException) as exc:

@@ -190,6 +190,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._images import (
     Engine,
+    EngineAbsent,
     ImageError,
     Registry,
     parse_reference,
@@ -209,9 +210,11 @@ def _plan(params, engine, check_mode, warn):
     """Per image: the engine's record, and for a missing one its source and size."""
     plan = []
     registries = {}
+    absent = []
     for item in params["images"]:
         ref = parse_reference(item["image"], "images[].image")
-        entry = {"item": item, "ref": ref, "record": engine.inspect(item["image"]), "size": None, "source": "present"}
+        entry = {"item": item, "ref": ref, "record": _inspect(engine, item["image"], check_mode, warn, absent)}
+        entry.update(size=None, source="present")
         plan.append(entry)
         if entry["record"] is not None:
             continue
@@ -258,6 +261,20 @@ def _plan(params, engine, check_mode, warn):
         entry["size"] = resolved["bytes"]
         entry["auth"] = registries[ref.registry].auth
     return plan
+
+
+def _inspect(engine, image, check_mode, warn, absent):
+    """The engine's record of image; in check mode a host whose engine is not there yet (tt_host installs it in the same
+    run) has none of its images."""
+    try:
+        return engine.inspect(image)
+    except EngineAbsent as exc:
+        if not check_mode:
+            raise
+        if not absent:
+            warn(f"{exc}; check mode counts every image as to fetch")
+            absent.append(True)
+        return None
 
 
 def _s3_client(params):

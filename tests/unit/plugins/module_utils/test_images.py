@@ -492,8 +492,31 @@ def test_a_silent_engine_is_a_stall(tmp_path):
 
 
 def test_no_engine_is_named(tmp_path):
-    with pytest.raises(images.ImageError, match="no Docker engine answers"):
+    with pytest.raises(images.EngineAbsent, match="no Docker engine answers"):
         images.Engine(str(tmp_path / "none.sock")).inspect("x")
+    # A socket file nobody listens on any more (a stopped engine): the same words.
+    dead = socket.socket(socket.AF_UNIX)
+    dead.bind(str(tmp_path / "dead.sock"))
+    dead.close()
+    with pytest.raises(images.EngineAbsent, match="no Docker engine answers"):
+        images.Engine(str(tmp_path / "dead.sock")).inspect("x")
+
+
+def test_check_mode_on_a_host_without_its_engine_yet_counts_every_image_to_fetch(tmp_path):
+    # A bare host under --check: tt_host would install the engine in the same run, so the plan is "fetch it all".
+    from ansible_collections.ttfleet.inference.plugins.modules import container_image
+
+    archive = tmp_path / "x.tar"
+    archive.write_bytes(b"t" * 1000)
+    params = {"images": [{"image": "reg.example:5000/tt/x:1.0", "archive": str(archive)}], "pull": True}
+    warnings = []
+    engine = images.Engine(str(tmp_path / "none.sock"))
+    plan = container_image._plan(params, engine, True, warnings.append)
+    assert [(e["source"], e["size"], e["record"]) for e in plan] == [("archive", 1000, None)]
+    assert len(warnings) == 1 and "no Docker engine answers" in warnings[0] and "check mode" in warnings[0]
+    # A real run still fails with the fix named.
+    with pytest.raises(images.EngineAbsent, match="install and start it"):
+        container_image._plan(params, engine, False, warnings.append)
 
 
 def test_repo_digest_is_the_one_of_the_repository():
