@@ -73,7 +73,7 @@ TIMED = """
         target_username: fleet
         target_password: "{{ password }}"
         target_ca_cert: "{{ ca }}"
-      delegate_to: cache
+      delegate_to: bimg-cache
       run_once: true
       register: copied
     - name: Pull it
