@@ -96,8 +96,9 @@ def ansible_env():
     return env
 
 
-def start_host(name, work):
-    docker_dir = os.path.join(work, f"{name}-docker")
+def start_host(name, work, count):
+    # An engine data directory of its own per run: a host of an earlier N would otherwise have the image already.
+    docker_dir = os.path.join(work, f"{name}-{count}-docker")
     os.makedirs(docker_dir, exist_ok=True)
     run("docker", "rm", "-f", name, check=False)
     run(
@@ -122,7 +123,7 @@ def origin_blob_bytes(log_path):
 def run_fanout(count, work, origin, tls, size):
     hosts = [f"bimg-{index}" for index in range(1, count + 1)]
     for name in ["bimg-cache", *hosts]:
-        start_host(name, work)
+        start_host(name, work, count)
     site = "bimg-cache:5000"
     inventory = {
         "all": {
@@ -155,7 +156,10 @@ def run_fanout(count, work, origin, tls, size):
     timed_env = dict(env, ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1")
     proc = run(playbook, "-i", inv_path, "--forks", str(count + 1), os.path.join(work, "timed.yml"), env=timed_env)
     wall = time.monotonic() - started
-    tasks = {task["task"]["name"]: task["hosts"] for task in json.loads(proc.stdout)["plays"][0]["tasks"]}
+    # The json callback's document follows any progress lines the action plugins printed while the pulls ran.
+    start = 0 if proc.stdout.startswith("{\n") else proc.stdout.index("\n{\n") + 1
+    report = json.loads(proc.stdout[start:])
+    tasks = {task["task"]["name"]: task["hosts"] for task in report["plays"][0]["tasks"]}
     pulls = [result["seconds"] for result in tasks["Pull it"].values()]
     copied = tasks["Copy the image into the site registry"].values()
     copy_s = next((r["seconds"] for r in copied if "seconds" in r), None)

@@ -13,6 +13,8 @@ Per instance it reports every gap (from the first poll that did not get 200 to t
 -> healthy again, to within one poll interval) and their total; per host the span from its first instance going
 down to its last coming back; for the fleet the time-weighted share of instances serving during the rollout and
 the lowest share seen. Prints a table and writes JSON; asserts nothing (the exit status is the playbook's).
+With images that change, `-e serve_image_prefetch=false` measures the gap without the pre-pull (the unit's docker run
+pulls while the instance is down) for a comparison with the default.
 """
 
 from __future__ import annotations
