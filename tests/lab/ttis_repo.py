@@ -7,7 +7,8 @@ Builds, under .cache/ttis-lab/ (reused while its inputs are unchanged):
     tt-inference-server.bundle     git bundle of every branch and tag
     tt-inference-server-<tag>.tar.gz  `git archive` of each tag (GitHub layout: one top directory, the
                                       commit id in the pax header, no .git)
-    wheels/                        the PyYAML wheel the inference_server role pins, for hosts without PyPI
+    wheels/                        the PyYAML wheel the inference_server role pins, and tt-smi and tt-flash at the
+                                   tt_host role's pins with their dependencies, for hosts without PyPI
     manifest.json                  paths, and the commit of every tag and branch
 
 Releases v0.18.0, v0.20.0 and v0.25.0 are tags on release branches of the same name, as upstream does
@@ -34,6 +35,7 @@ OUT = os.path.join(ROOT, ".cache", "ttis-lab")
 SPECS = os.path.join(ROOT, "tests", "fixtures", "specs")
 RUN_PY = os.path.join(ROOT, "tests", "lab", "files", "ttis-run.py")
 ROLE_DEFAULTS = os.path.join(ROOT, "roles", "inference_server", "defaults", "main.yml")
+TT_HOST_DEFAULTS = os.path.join(ROOT, "roles", "tt_host", "defaults", "main.yml")
 # Release dates of upstream's tags (v0.25.0: the one the tenstorrent wheel pins).
 RELEASES = [
     ("v0.18.0", "2026-07-10T12:00:00Z"),
@@ -76,6 +78,15 @@ def pyyaml_version():
         return str(yaml.safe_load(handle)["inference_server_pyyaml_version"])
 
 
+def tool_pins():
+    """tt-smi and tt-flash at the tt_host role's default pins (the lab's wheels carry them for offline installs)."""
+    import yaml
+
+    with open(TT_HOST_DEFAULTS, encoding="utf-8") as handle:
+        defaults = yaml.safe_load(handle)
+    return [f"tt-smi=={defaults['tt_host_tt_smi_version']}", f"tt-flash=={defaults['tt_host_tt_flash_version']}"]
+
+
 def inputs_digest(pyyaml):
     digest = hashlib.sha256()
     paths = [os.path.abspath(__file__), RUN_PY] + [
@@ -85,6 +96,7 @@ def inputs_digest(pyyaml):
         with open(path, "rb") as handle:
             digest.update(handle.read())
     digest.update(pyyaml.encode())
+    digest.update(" ".join(tool_pins()).encode())
     return digest.hexdigest()
 
 
@@ -133,12 +145,13 @@ def build(work, pyyaml):
 
     wheels = os.path.join(work, "wheels")
     # The lab image is Debian 12 (CPython 3.11, x86_64); hosts install from this with --no-index.
-    subprocess.run(
-        [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
-         "--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp",
-         "--platform", "manylinux2014_x86_64", "-d", wheels, f"PyYAML=={pyyaml}"],
-        check=True,
-    )
+    target = ["--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp",
+              "--platform", "manylinux2014_x86_64", "--platform", "manylinux_2_28_x86_64", "-d", wheels]
+    pip = [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check"]
+    subprocess.run(pip + ["--no-deps"] + target + [f"PyYAML=={pyyaml}"], check=True)
+    # The tools venv of tt_host with every dependency: scenarios that only need the tools installed
+    # (tt_host_pip_extra_args --no-index) skip a minute of PyPI resolution per converge.
+    subprocess.run(pip + target + tool_pins(), check=True)
     return {
         "bare": "tt-inference-server.git",
         "bundle": "tt-inference-server.bundle",
