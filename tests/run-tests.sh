@@ -306,6 +306,7 @@ lab_ready() {
   need_debs zstd shellcheck rsync git
   tests/lab/ensure-docker.sh
   tests/lab/build-image.sh >/dev/null
+  tests/lab/build-image.sh --standin >/dev/null
   python tests/lab/ttis_repo.py >/dev/null
 }
 

@@ -6,6 +6,9 @@
 #   tests/lab/build-image.sh --force        rebuild
 #   tests/lab/build-image.sh --pristine     the pristine machine of `make fresh-check` instead: Debian's minbase with
 #                                           systemd and nothing else (no Python, make, rsync, git or tt-smi)
+#   tests/lab/build-image.sh --standin      the base of the stand-in inference image (tests/lab/serve_image): Debian's
+#                                           minbase with python3 and no documentation (about 45 % of the lab image:
+#                                           every scenario loads, saves, pushes or pulls it)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -16,7 +19,8 @@ for arg in "$@"; do
   case "$arg" in
     --force) force=1 ;;
     --pristine) flavour=pristine ;;
-    *) echo "usage: $0 [--force] [--pristine]" >&2; exit 2 ;;
+    --standin) flavour=standin ;;
+    *) echo "usage: $0 [--force] [--pristine | --standin]" >&2; exit 2 ;;
   esac
 done
 if [ "$flavour" = lab ]; then
@@ -24,6 +28,9 @@ if [ "$flavour" = lab ]; then
   # tt-inference-server, rsync/curl for weights, iproute2/procps for diagnostics.
   packages=systemd,systemd-sysv,dbus,python3,python-is-python3,python3-apt,python3-venv,python3-yaml,sudo,iproute2,procps,git,rsync,curl,ca-certificates,util-linux
   repo=ttfleet-lab/debian
+elif [ "$flavour" = standin ]; then
+  packages=python3
+  repo=ttfleet-lab/debian-standin
 else
   packages=systemd,systemd-sysv,dbus
   repo=ttfleet-lab/debian-pristine
@@ -33,7 +40,30 @@ tag="${repo}:${suite}-${recipe_hash}"
 
 log() { printf '==> %s\n' "$*" >&2; }
 
+# A warm APT archive for the lab hosts, kept beside the image (not in it: the stand-in inference image is built FROM
+# the lab image): the .debs of what the roles install in the scenarios that the image lacks (docker.io, docker-registry,
+# apache2-utils, zstd, python3-packaging, with dependencies and recommends), downloaded once into
+# .cache/lab-debs/<recipe hash>. tests/lab/lab.py provision copies them into each host's /var/cache/apt/archives, as on a
+# host that has had them offered before. The roles still run apt-get install against a fresh index; apt takes a .deb
+# from the archive only when its size and hash match that index, and downloads it otherwise.
+debs_dir="$here/../../.cache/lab-debs/$recipe_hash"
+warm_archive() {
+  [ "$flavour" = lab ] && [ ! -d "$debs_dir" ] || return 0
+  log "downloading the .debs the roles install into .cache/lab-debs/$recipe_hash"
+  mkdir -p "$(dirname "$debs_dir")"
+  local tmp
+  tmp=$(mktemp -d "$debs_dir.XXXXXX")
+  chmod 0755 "$tmp"  # apt-get downloads as _apt
+  docker run --rm -v "$tmp:/var/cache/apt/archives" "$tag" sh -c \
+    'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --download-only \
+       docker.io python3-packaging docker-registry apache2-utils zstd >/dev/null' >&2 || { rm -rf "$tmp"; return 1; }
+  rm -rf "$tmp/partial" "$tmp/lock"
+  # Another run that made it first wins; both are the same files.
+  mv -T "$tmp" "$debs_dir" 2>/dev/null || rm -rf "$tmp"
+}
+
 if [ "$force" = 0 ] && docker image inspect "$tag" >/dev/null 2>&1; then
+  warm_archive
   echo "$tag"
   exit 0
 fi
@@ -62,29 +92,14 @@ echo "ttfleet-lab" >"$rootfs/etc/hostname"
 : >"$rootfs/etc/machine-id"
 # Hardware stand-in for the lab only: prints the snapshot each lab host was given.
 [ "$flavour" = lab ] && install -m 0755 "$here/files/tt-smi" "$rootfs/usr/local/bin/tt-smi"
-if [ "$flavour" = lab ]; then
-  # A warm APT archive, as on a host that has had these packages offered before: the .debs the roles install in the
-  # molecule scenarios (docker.io, python3-packaging, docker-registry, apache2-utils, zstd) are downloaded here once,
-  # with their dependencies and recommends, and stay in /var/cache/apt/archives. The roles still run apt-get install
-  # against a fresh index; apt takes a .deb from the archive only when its size and hash match that index, and
-  # downloads it otherwise. Without this every host of every scenario downloads about 60 MB from the mirror.
-  log "downloading the .debs of docker.io, docker-registry and zstd into the image's APT archive"
-  cp /etc/resolv.conf "$rootfs/etc/resolv.conf" 2>/dev/null || true
-  if ! { chroot "$rootfs" apt-get update -qq \
-         && chroot "$rootfs" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --download-only \
-              docker.io python3-packaging docker-registry apache2-utils zstd; } >"$work/apt.log" 2>&1; then
-    tail -n 30 "$work/apt.log" >&2
-    exit 1
-  fi
-  rm -f "$rootfs"/var/cache/apt/*.bin
-else
-  rm -rf "$rootfs"/var/cache/apt/archives/*.deb
-fi
-rm -rf "$rootfs"/var/lib/apt/lists/*
+rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+[ "$flavour" = standin ] && rm -rf "$rootfs"/usr/share/doc/* "$rootfs"/usr/share/man/* "$rootfs"/usr/share/locale/* \
+  "$rootfs"/usr/share/info/*
 # Like any installed system that has never run `apt-get update`: an index that is old, not fresh.
 touch -d @0 "$rootfs"/var/lib/apt/lists
 
 log "docker import -> $tag"
 tar -C "$rootfs" -c . | docker import -c 'CMD ["/lib/systemd/systemd"]' - "$tag" >/dev/null
 docker tag "$tag" "$repo:latest"
+warm_archive
 echo "$tag"

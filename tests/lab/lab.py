@@ -202,8 +202,9 @@ def lab_containers():
     return {name: {"state": state, "image": image, "device": device} for name, state, image, device in rows}
 
 
-def ensure_image():
-    proc = subprocess.run([IMAGE_SCRIPT], check=True, text=True, stdout=subprocess.PIPE)
+def ensure_image(*flavour):
+    """The lab image's tag (build-image.sh builds it when missing); ``"--standin"`` for the stand-in image's base."""
+    proc = subprocess.run([IMAGE_SCRIPT, *flavour], check=True, text=True, stdout=subprocess.PIPE)
     return proc.stdout.strip().splitlines()[-1]
 
 
@@ -258,9 +259,18 @@ def publish_ttis_mirror(name):
            f"git clone -q --mirror {HOST_LAB_DIR}/tt-inference-server.bundle {HOST_LAB_DIR}/tt-inference-server.git")
 
 
+def warm_apt_archive(name):
+    """Copy the lab's warm APT archive (tests/lab/build-image.sh: .cache/lab-debs/<recipe hash>) into the host."""
+    recipe = ensure_image().rsplit("-", 1)[-1]
+    debs = os.path.join(ROOT, ".cache", "lab-debs", recipe)
+    if os.path.isdir(debs):
+        docker("cp", f"{debs}/.", f"{name}:/var/cache/apt/archives/")
+
+
 def provision(name, device):
     wait_for_systemd(name)
     trust_host_cas(name)
+    warm_apt_archive(name)
     docker("exec", "-i", name, "sh", "-s", stdin=provision_script(device))
     write_snapshot(name, snapshot(device, name))
     publish_ttis_mirror(name)
@@ -395,7 +405,7 @@ def cache_lock(name):
 def serve_image(tags):
     """The stand-in inference image tagged with ``tags``, saved once per content under .cache/serve-image
     (call it under cache_lock("serve-image"))."""
-    base = ensure_image()
+    base = ensure_image("--standin")
     base_id = docker("image", "inspect", "--format", "{{.Id}}", base).stdout.strip()
     digest = hashlib.sha256()
     for name in sorted(os.listdir(SERVE_IMAGE_DIR)):

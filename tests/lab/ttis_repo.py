@@ -148,10 +148,10 @@ def build(work, pyyaml):
     target = ["--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp",
               "--platform", "manylinux2014_x86_64", "--platform", "manylinux_2_28_x86_64", "-d", wheels]
     pip = [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check"]
-    subprocess.run(pip + ["--no-deps"] + target + [f"PyYAML=={pyyaml}"], check=True)
+    subprocess.run([*pip, "--no-deps", *target, f"PyYAML=={pyyaml}"], check=True)
     # The tools venv of tt_host with every dependency: scenarios that only need the tools installed
     # (tt_host_pip_extra_args --no-index) skip a minute of PyPI resolution per converge.
-    subprocess.run(pip + target + tool_pins(), check=True)
+    subprocess.run([*pip, *target, *tool_pins()], check=True)
     return {
         "bare": "tt-inference-server.git",
         "bundle": "tt-inference-server.bundle",
