@@ -40,8 +40,8 @@ tag="${repo}:${suite}-${recipe_hash}"
 
 log() { printf '==> %s\n' "$*" >&2; }
 
-# A warm APT archive for the lab hosts, kept beside the image (not in it: the stand-in inference image is built FROM
-# the lab image): the .debs of what the roles install in the scenarios that the image lacks (docker.io, docker-registry,
+# A warm APT archive for the lab hosts, kept beside the image (not in it: the image stays what a fresh host has): the
+# .debs of what the roles install in the scenarios that the image lacks (docker.io, docker-registry,
 # apache2-utils, zstd, python3-packaging, with dependencies and recommends), downloaded once into
 # .cache/lab-debs/<recipe hash>. tests/lab/lab.py provision copies them into each host's /var/cache/apt/archives, as on a
 # host that has had them offered before. The roles still run apt-get install against a fresh index; apt takes a .deb

@@ -71,19 +71,20 @@ def git(*args, cwd=None, date=None, capture=False):
     return proc.stdout.strip() if capture else None
 
 
-def pyyaml_version():
+def role_defaults(path):
     import yaml
 
-    with open(ROLE_DEFAULTS, encoding="utf-8") as handle:
-        return str(yaml.safe_load(handle)["inference_server_pyyaml_version"])
+    with open(path, encoding="utf-8") as handle:
+        return yaml.safe_load(handle)
+
+
+def pyyaml_version():
+    return str(role_defaults(ROLE_DEFAULTS)["inference_server_pyyaml_version"])
 
 
 def tool_pins():
     """tt-smi and tt-flash at the tt_host role's default pins (the lab's wheels carry them for offline installs)."""
-    import yaml
-
-    with open(TT_HOST_DEFAULTS, encoding="utf-8") as handle:
-        defaults = yaml.safe_load(handle)
+    defaults = role_defaults(TT_HOST_DEFAULTS)
     return [f"tt-smi=={defaults['tt_host_tt_smi_version']}", f"tt-flash=={defaults['tt_host_tt_flash_version']}"]
 
 
