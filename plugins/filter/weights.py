@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._fanout import fanout
+from ansible_collections.ttfleet.inference.plugins.module_utils._fanout import fanout, rounds
 
 
 def weights_fanout(work_by_host, play_hosts):
@@ -24,6 +24,15 @@ def weights_fanout(work_by_host, play_hosts):
         raise AnsibleFilterError(f"weights_fanout: malformed work entries ({exc}).") from None
 
 
+def weights_fanout_rounds(plan):
+    if not isinstance(plan, Mapping):
+        raise AnsibleFilterError("weights_fanout_rounds: the input must be the result of weights_fanout.")
+    try:
+        return rounds(plan)
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise AnsibleFilterError(f"weights_fanout_rounds: malformed plan ({exc}).") from None
+
+
 class FilterModule:
     def filters(self):
-        return {"weights_fanout": weights_fanout}
+        return {"weights_fanout": weights_fanout, "weights_fanout_rounds": weights_fanout_rounds}

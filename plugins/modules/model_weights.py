@@ -134,6 +134,17 @@ options:
   peer_url:
     description: The RV(ttfleet.inference.weights_server#module:url) of the peer serving the model, for O(source=peer).
     type: str
+  peer_fallback_urls:
+    description:
+      - More holders of the same O(repo_id) at the same O(revision), for O(source=peer), asked in this order when
+        the peer at O(peer_url) fails (stopped, died mid-file, sent a wrong byte) or is not given.
+      - The next holder is asked only for what is still missing; a file cut in the middle resumes with a C(Range)
+        request at the byte where the last one stopped. When every holder failed, the module fails with one line
+        per holder and keeps what arrived in full for the next attempt (from another source, the origin for
+        example).
+    type: list
+    elements: str
+    default: []
 notes:
   - Sizes in messages are binary units (GiB), as tt-inference-server counts disk.
   - The manifest records where the files came from; it holds no secret.
@@ -301,6 +312,20 @@ fetched_bytes:
   returned: always
   type: int
   sample: 3153096
+peer:
+  description:
+    - For O(source=peer), the origin (C(http://host:port), without the server's token) of the holder the files
+      came from.
+  returned: when O(source=peer)
+  type: str
+  sample: http://10.0.4.17:41533
+peer_failures:
+  description:
+    - For O(source=peer), one line for each holder that failed before RV(peer) finished, in the order asked.
+  returned: when O(source=peer)
+  type: list
+  elements: str
+  sample: []
 restarts:
   description: Partial downloads the server would not resume (it ignored C(Range)), which started over.
   returned: always
@@ -358,13 +383,15 @@ def main():
             group=dict(type="int", default=0),
             status_file=dict(type="path"),
             peer_url=dict(type="str"),
+            peer_fallback_urls=dict(type="list", elements="str", default=[]),
             **WEIGHTS_SOURCE_OPTIONS,
         ),
         required_if=[
             ("source", "hf", ["repo_id"]),
             ("source", "path", ["path"]),
             ("source", "s3", ["repo_id", "revision", "s3_endpoint", "s3_bucket", "s3_access_key", "s3_secret_key"]),
-            ("source", "peer", ["repo_id", "revision", "peer_url"]),
+            ("source", "peer", ["repo_id", "revision"]),
+            ("source", "peer", ["peer_url", "peer_fallback_urls"], True),
         ],
         supports_check_mode=True,
     )

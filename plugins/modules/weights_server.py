@@ -38,10 +38,13 @@ description:
     retrying at once.
   - With O(state=stopped), returns the bytes the server sent (RV(served_bytes)).
   - "The fleet rule (role C(ttfleet.inference.model_cache)): every transfer between peers goes through this module.
-    Holders of a model serve it to the hosts of their C(model_cache_site) that pull it (one server per holder and
-    model, bound to C(model_cache_peer_address)), and the kernel peer C(model_cache_kernel_peer) serves its spool to
-    each host that deploys from it (one server per pulling host, bound to C(model_cache_kernel_peer_address)); each
-    server lives from the start of the pull to its end, at most C(model_cache_peer_ttl) seconds."
+    The weights of a model go in doubling rounds within a C(model_cache_site): the hosts that hold a verified copy
+    serve it (one server per holder and model, bound to C(model_cache_peer_address)) in each round where a pull
+    names them as its holder or as one of up to three alternates, and each host that finished a round serves from
+    the next round on, so N hosts are served in about log2(N) rounds while the origin is read once. The kernel peer
+    C(model_cache_kernel_peer) serves its spool to each host that deploys from it (one server per pulling host,
+    bound to C(model_cache_kernel_peer_address)). Every server lives until the end of the pulls, at most
+    C(model_cache_peer_ttl) seconds."
 extends_documentation_fragment:
   - ttfleet.inference.attributes
 attributes:

@@ -11,6 +11,7 @@ end of the session, also when a case fails.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import datetime
 import json
@@ -395,12 +396,30 @@ class Lab:
         self.secrets = []
 
     def add_host(self, name, device):
+        self._start(name, device)
+        self.hosts[name] = device
+        _write_inventory(self.hosts)
+
+    def add_hosts(self, devices):
+        """Start and provision several hosts side by side (``{name: device}``), then add them to the inventory."""
+        with concurrent.futures.ThreadPoolExecutor(len(devices)) as pool:
+            for future in [pool.submit(self._start, name, device) for name, device in devices.items()]:
+                future.result()
+        self.hosts.update(devices)
+        _write_inventory(self.hosts)
+
+    def _start(self, name, device):
         log(f"starting {name} ({device})")
         labmod.start_host(name, device, self.image)
         labmod.provision(name, device)
         host_sh(name, f"mkdir -p {os.path.dirname(HOST_SPEC)}")
         sh("docker", "cp", os.path.join(SPEC_FIXTURES, "release_model_spec-v0.20.0.json.gz"), f"{name}:{HOST_SPEC}")
-        self.hosts[name] = device
+
+    def remove_hosts(self, names):
+        """Take hosts out of the inventory and remove their containers, so that later cases see the lab as before."""
+        for name in names:
+            self.hosts.pop(name, None)
+            sh("docker", "rm", "-f", name, check=False)
         _write_inventory(self.hosts)
 
     @property

@@ -325,6 +325,63 @@ def test_disk_full(lab, case):
         host_sh(HOST, "umount /srv/ft-small", check=False)
 
 
+@pytest.mark.case("holder killed mid-round")
+def test_holder_killed_mid_round(lab, case):
+    """Three hosts fan a model out in two rounds (the seed, then one puller, then one more from the seed with the
+    first puller as its alternate). The seed's link is shaped so that the round-2 pull is still running when the
+    seed's peer servers are killed (kill -9): the puller must finish from the other holder, resuming its cut file,
+    with every file verified and the origin read once."""
+    root = "/srv/ft-fanout"
+    extra = {"ft-fan-2": "n150", "ft-fan-3": "n150"}
+    case.expected = "the puller finishes from the other holder; all files verified on 3 hosts; origin read once"
+    lab.add_hosts(extra)
+    # The inventory lists the hosts sorted: the first is the seed, the second pulls in round 1, the third in round 2.
+    seed, first, second = sorted([HOST, *extra])
+    files = fetched_files(lab)
+    total = sum(v["size"] for v in files.values())
+    weights = f"{root}/{VOLUME}/weights"
+    offset = origin_offset(lab)
+    try:
+        host_sh(seed, "tc qdisc replace dev eth0 root tbf rate 2mbit burst 32kbit latency 400ms")
+        proc = start_playbook(
+            "fanout-holder-killed", MODEL_CACHE, model_vars(lab, root, model_cache_peers=True), limit=",".join([seed, first, second])
+        )
+        try:
+            part_bytes, part = wait_for_part(second, weights, timeout=300)
+            killed = host_sh(
+                seed,
+                "for f in /run/ttfleet-weights/*.json; do python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))"
+                "[\"pid\"])' \"$f\"; done | xargs -r kill -9 && echo killed",
+            ).stdout.strip()
+            log(f"killed the peer servers of {seed} with {part_bytes} B of {os.path.basename(part)} on {second}")
+        finally:
+            run = finish_playbook(proc, timeout=600)
+        sums = {host: host_sh(host, f"cd {weights}/{MODEL} && sha256sum -- {' '.join(sorted(files))}", check=False)
+                .stdout for host in (seed, first, second)}
+        good = {host: sum(f"{v['sha256']}  {k}" in out for k, v in files.items()) for host, out in sums.items()}
+        parts = {host: host_sh(host, f"find {root} -name '*.ttfleet-part' | wc -l").stdout.strip()
+                 for host in (seed, first, second)}
+        read = sum(gets(read_log(lab.origin_log)[offset:]).values())
+        handed = re.findall(r"came from (http://[^ ]+) after (\d+) failed holder", run.out)
+        case.details = {"files_verified": good, "part_files": parts, "origin_bytes": read, "model_bytes": total,
+                        "handed_over": handed}
+        case.observed = (
+            f"seed {seed}'s servers killed ({killed}) with {part_bytes} B of "
+            f"{os.path.basename(part).removesuffix('.ttfleet-part')} on {second}; rc {run.rc}; files verified "
+            f"{good}; part files left {parts}; {second} finished from {handed}; origin bytes {read} for a {total} B "
+            "model"
+        )
+        assert run.rc == 0, run.messages()
+        assert all(count == len(files) for count in good.values()), good
+        assert set(parts.values()) == {"0"}, parts
+        assert len(handed) == 1 and handed[0][1] == "1", f"no hand-over to another holder in the output: {handed}"
+        assert read == total, f"the origin sent {read} B for a {total} B model"
+    finally:
+        host_sh(seed, "tc qdisc del dev eth0 root", check=False)
+        host_sh(HOST, f"rm -rf {root}", check=False)
+        lab.remove_hosts(extra)
+
+
 # ---------------------------------------------------------------------------
 # Volumes
 

@@ -174,3 +174,43 @@ def test_hostile_manifest_paths_are_refused_and_shown_escaped(hostile, tmp_path,
         sync_weights(opts(tmp_path, server))
     assert not any(ch in str(exc.value) for ch in "\x1b\x07\n")
     assert not (tmp_path / "vol").exists()
+
+
+def test_a_holder_that_dies_mid_file_hands_over_to_the_next_which_sends_only_the_rest(hostile, tmp_path):
+    big = bytes(range(256)) * 64  # 16 KiB, so the cut lands mid-file
+    listing = manifest({"model.safetensors": big})
+
+    def cut(conn, req, srv):
+        send(conn, http_head(200, {"Content-Type": "application/octet-stream"}, len(big)) + big[:3000])
+
+    dying = hostile(peer_script(listing=listing, files={"model.safetensors": cut}))
+    healthy = hostile(peer_script(listing=listing, files={"model.safetensors": big}))
+    result = sync_weights(
+        opts(tmp_path, dying, peer_fallback_urls=[f"{healthy.url}/{PEER_TOKEN}/"], timeout=5)
+    )
+    assert result["peer"] == f"http://127.0.0.1:{healthy.port}"
+    assert len(result["peer_failures"]) == 1 and f"127.0.0.1:{dying.port}" in result["peer_failures"][0]
+    assert PEER_TOKEN not in json.dumps(result)
+    assert (tmp_path / "vol" / "weights" / "M" / "model.safetensors").read_bytes() == big
+    ranges = [req.header("range") for req in file_requests(healthy)]
+    assert ranges == ["bytes=3000-"], f"the next holder was asked for {ranges}, not only the missing bytes"
+    assert not list((tmp_path / "vol" / "weights").glob("**/*.ttfleet-part"))
+
+
+def test_when_every_holder_fails_the_error_names_each_and_keeps_the_staged_files(hostile, tmp_path):
+    second = b"\2" * 2048
+    listing = manifest({"a.bin": DATA, "b.bin": second})
+
+    def gone(conn, req, srv):
+        reply(conn, b"not found", 404)
+
+    first = hostile(peer_script(listing=listing, files={"a.bin": DATA, "b.bin": gone}))
+    other = hostile(peer_script(listing=listing, files={"a.bin": gone, "b.bin": gone}))
+    with pytest.raises(WeightsError, match="every peer failed for org/model@") as exc:
+        sync_weights(opts(tmp_path, first, peer_fallback_urls=[f"{other.url}/{PEER_TOKEN}/"]))
+    msg = str(exc.value)
+    assert f"127.0.0.1:{first.port}" in msg and f"127.0.0.1:{other.port}" in msg
+    assert PEER_TOKEN not in msg
+    # a.bin arrived in full from the first holder: the second was never asked for it.
+    assert [req.path.rsplit("/", 1)[1] for req in file_requests(other)] == ["b.bin"] * len(file_requests(other))
+    assert not (tmp_path / "vol" / "weights" / "M" / "a.bin").exists()

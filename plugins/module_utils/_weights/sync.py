@@ -175,6 +175,53 @@ def sync_weights(
     callback: ProgressCallback | None = None,
     hub: Hub | S3Files | None = None,
 ) -> JSON:
+    """The module's step. For a peer source with ``peer_fallback_urls``, the peers are asked in turn: when one
+    fails (it stopped, died mid-file, sent a wrong byte), the next one is asked for what is still missing. The
+    staging directory survives a failed attempt, so a cut file resumes with a Range request at the byte where
+    the last peer stopped, and complete staged files are not fetched again. Returns the result of the peer that
+    finished, with ``peer`` (its origin, never the token) and ``peer_failures`` (one line per failed peer).
+    """
+    fallbacks = [url for url in options.get("peer_fallback_urls") or [] if url]
+    if (options.get("source") or "hf") == "peer" and not options.get("peer_url") and not fallbacks:
+        raise WeightsError(
+            f"no peer serves {options.get('repo_id')}@{options.get('revision')}: peer_url and peer_fallback_urls "
+            "are empty (the holders failed before they could serve); fetch from the origin instead"
+        )
+    if (options.get("source") or "hf") != "peer" or not fallbacks or check_mode:
+        result = _sync_one(options, check_mode, callback, hub)
+        if (options.get("source") or "hf") == "peer":
+            result.update(peer=_peer_origin(options.get("peer_url")), peer_failures=[])
+        return result
+    failures: list[str] = []
+    urls = [url for url in [options.get("peer_url"), *fallbacks] if url]
+    for url in urls:
+        try:
+            result = _sync_one({**options, "peer_url": url, "peer_fallback_urls": []}, check_mode, callback, None)
+        except WeightsError as exc:
+            failures.append(str(exc))
+            continue
+        result.update(peer=_peer_origin(url), peer_failures=failures)
+        return result
+    raise WeightsError(
+        f"every peer failed for {options.get('repo_id')}@{options.get('revision')} ({len(urls)} asked; the files "
+        f"they sent in full are kept in staging for the next run): " + " | ".join(failures)
+    )
+
+
+def _peer_origin(url: str | None) -> str:
+    """scheme://host:port of a peer URL: its path holds the server's token."""
+    try:
+        return net.show_origin(url) if url else ""
+    except (ValueError, net.NetError):
+        return ""
+
+
+def _sync_one(
+    options: JSON,
+    check_mode: bool = False,
+    callback: ProgressCallback | None = None,
+    hub: Hub | S3Files | None = None,
+) -> JSON:
     """Plan, and unless ``check_mode`` fetch, place and record the weights, then give them (and, with
     ``container_owner``, their volume) the ownership layout. Returns the module's result.
 
