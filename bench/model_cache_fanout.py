@@ -1,21 +1,22 @@
 #!/usr/bin/env python
-"""Fan-out of model weights over N lab hosts: origin bytes, peer bytes, wall time, sha256 throughput.
+"""Fan-out of model weights over N lab hosts in doubling rounds: wall time against one copy, origin bytes.
 
-For each N (default 2, 4, 8) the script starts N fresh containers of the lab image, publishes a generated
-model (--model-mb, a few safetensors-sized files plus config and tokenizer) with its manifest in a real
-SeaweedFS bucket on the docker gateway, behind tests/tools/counting_proxy.py, and runs the role's rule
-(plugins/module_utils/_fanout.py): host 1 (the seed) fetches from the bucket, then every other host pulls
-from one holder over weights_server (plugins/module_utils/_peer.py) at the same time, all with
-plugins/module_utils/_weights/ inside the containers (what the model_weights module runs). It prints and
-writes to bench/results/model_cache_fanout.json:
+For each N (default 2, 4, 8, 16) the script starts N fresh containers of the lab image (weights on a tmpfs, so
+the shared disk is not what limits), shapes each container's egress with a token-bucket filter (`tc qdisc ... tbf`,
+--rate, default 200mbit), publishes a generated model (--model-mb) with its manifest in a real SeaweedFS bucket
+on the docker gateway behind tests/tools/counting_proxy.py, and runs the role's schedule
+(plugins/module_utils/_fanout.py): the seed fetches from the bucket, then round by round every holder starts its
+weights_server (plugins/module_utils/_peer.py) and the round's pullers pull from their holder at the same time, with
+plugins/module_utils/_weights/ inside the containers (what the model_weights module runs). A round starts when the
+previous one ended, as the role's rounds do. It prints and writes to bench/results/model_cache_fanout.json:
 
-  wall_s          seed fetch + parallel peer pulls, seconds
-  origin_ratio    bytes read from the bucket / (N x model size)   (1/N is the ideal: origin read once)
-  peer_bytes      bytes the holders served
-  sha256_MBps     verification throughput of _weights.hashing.hash_files on the seed's files, next to
-                  coreutils sha256sum on the same files (both inside the seed container)
+  one_copy_s      one host pulling the model from one holder (N=2's pull), the unit of the goal
+  fanout_s        the pull rounds, seconds (the seed's origin fetch not counted)
+  goal_s          (1 + ceil(log2 N)) x one_copy_s
+  linear_s        with --linear: every puller from the seed at once (the old rule), for comparison
+  rounds          pull rounds; origin_ratio = bytes read from the bucket / model size (1.0 is the goal)
 
-Asserts nothing.  bench/model_cache_fanout.py [--hosts 2,4,8] [--model-mb 256]
+Asserts nothing.  bench/model_cache_fanout.py [--hosts 2,4,8,16] [--model-mb 128] [--rate 200mbit] [--linear]
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 import os
 import platform
 import shutil
@@ -34,7 +36,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, ".ansible", "collections"))
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._fanout import fanout
+from ansible_collections.ttfleet.inference.plugins.module_utils._fanout import fanout, rounds
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.hashing import hash_file
@@ -61,6 +63,10 @@ if sys.argv[1] == "fetch":
 elif sys.argv[1] == "serve":
     state = _peer.start_server(opts["dest"], opts["bind"], 0, 600, "/run/ttfleet-weights", "bench")
     print(json.dumps(state))
+elif sys.argv[1] == "clear":
+    import shutil
+    shutil.rmtree(os.path.dirname(os.path.dirname(opts["dest"])), ignore_errors=True)
+    print(json.dumps({}))
 elif sys.argv[1] == "stop":
     print(json.dumps(_peer.stop_server("/run/ttfleet-weights", "bench")))
 elif sys.argv[1] == "hash":
@@ -117,8 +123,10 @@ def make_model(directory, model_mb):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hosts", default="2,4,8")
-    parser.add_argument("--model-mb", type=int, default=256)
+    parser.add_argument("--hosts", default="2,4,8,16")
+    parser.add_argument("--model-mb", type=int, default=128)
+    parser.add_argument("--rate", default="200mbit", help="egress rate of every host (tc tbf)")
+    parser.add_argument("--linear", action="store_true", help="also time every puller from the seed at once")
     parser.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "model_cache_fanout.json"))
     args = parser.parse_args(argv)
     s3_server = _load("tests/tools/s3_server.py")
@@ -142,7 +150,8 @@ def main(argv=None):
         open(os.path.join(bundle, part, "__init__.py"), "w").close()
     with open(os.path.join(bundle, "run.py"), "w") as handle:
         handle.write(IN_HOST)
-    results = {"machine": f"{platform.node()} {os.cpu_count()} cores", "date": time.strftime("%Y-%m-%d"), "runs": []}
+    results = {"machine": f"{platform.node()} {os.cpu_count()} cores", "date": time.strftime("%Y-%m-%d"),
+               "rate": args.rate, "runs": []}  # fmt: skip
     try:
         client = S3Client(server.endpoint, ACCESS, SECRET)
         client.create_bucket("models")
@@ -159,8 +168,12 @@ def main(argv=None):
         model_bytes = sum(len(data) for data in files.values())
         del files
         for count in [int(n) for n in args.hosts.split(",")]:
-            results["runs"].append(run_fanout(count, bundle, proxy_url, proxy_log, model_bytes))
-            print(json.dumps(results["runs"][-1]), flush=True)
+            results["runs"].append(run_fanout(count, bundle, proxy_url, proxy_log, model_bytes, args))
+            run = results["runs"][-1]
+            one_copy = next((r["one_copy_s"] for r in results["runs"] if r["one_copy_s"]), None)
+            if one_copy:
+                run["goal_s"] = round((1 + math.ceil(math.log2(count))) * one_copy, 2)
+            print(json.dumps(run), flush=True)
     finally:
         proxy.terminate()
         server.stop()
@@ -172,12 +185,15 @@ def main(argv=None):
     return 0
 
 
-def run_fanout(count, bundle, proxy_url, proxy_log, model_bytes):
+def run_fanout(count, bundle, proxy_url, proxy_log, model_bytes, args):
     names = [f"mcb-{i}" for i in range(count)]
     for name in names:
         docker("rm", "-f", name, check=False)
-        docker("run", "-d", "--name", name, "--tmpfs", "/run", IMAGE, "sleep", "infinity")
+        docker("run", "-d", "--name", name, "--cap-add", "NET_ADMIN", "--tmpfs", "/run",
+               "--tmpfs", f"/var/lib/tt-cache:size={args.model_mb * 3}m", IMAGE, "sleep", "infinity")  # fmt: skip
         docker("cp", bundle, f"{name}:/opt/bench")
+        docker("exec", name, "tc", "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", args.rate,
+               "burst", "256kb", "latency", "100ms")  # fmt: skip
     open(proxy_log, "w").close()
     try:
         addresses = {
@@ -190,35 +206,54 @@ def run_fanout(count, bundle, proxy_url, proxy_log, model_bytes):
                      "ignore_patterns": []}  # fmt: skip
         s3_opts = dict(base_opts, source="s3", s3_endpoint=proxy_url, s3_bucket="models", s3_prefix="bench",
                        s3_access_key=ACCESS, s3_secret_key=SECRET)  # fmt: skip
-        start = time.monotonic()
         seed_run = finish(host_exec(seed, "fetch", s3_opts))
-        state = finish(host_exec(seed, "serve", {"dest": DEST, "bind": addresses[seed]}))
-        pulls = [host_exec(n, "fetch", dict(base_opts, source="peer", peer_url=state["url"]))
-                 for n in names if plan[n]["M"]["role"] == "pull"]  # fmt: skip
-        pulled = [finish(proc) for proc in pulls]
-        wall = time.monotonic() - start
-        _running, peer_bytes = finish(host_exec(seed, "stop", {}))
-        hashing = finish(host_exec(seed, "hash", {"dest": DEST}))
+        start = time.monotonic()
+        servers, per_round, peer_bytes = {}, [], 0
+        for round_no in range(1, rounds(plan) + 1):
+            round_start = time.monotonic()
+            holders = [n for n in names if round_no in plan[n]["M"]["serve_rounds"] and n not in servers]
+            for name, proc in [(n, host_exec(n, "serve", {"dest": DEST, "bind": addresses[n]})) for n in holders]:
+                servers[name] = finish(proc)["url"]
+            pullers = [n for n in names if plan[n]["M"]["role"] == "pull" and plan[n]["M"]["round"] == round_no]
+            procs = [host_exec(n, "fetch", dict(base_opts, source="peer", peer_url=servers[plan[n]["M"]["peer"]],
+                                                peer_fallback_urls=[servers[a] for a in plan[n]["M"]["alternates"]]))
+                     for n in pullers]  # fmt: skip
+            pulled = [finish(proc) for proc in procs]
+            per_round.append({"round": round_no, "pulls": len(pulled), "s": round(time.monotonic() - round_start, 2),
+                              "slowest_pull_s": round(max(p["s"] for p in pulled), 2)})  # fmt: skip
+        fanout_s = time.monotonic() - start
+        for name in servers:
+            peer_bytes += finish(host_exec(name, "stop", {}))[1]
         with open(proxy_log) as handle:
             log = [json.loads(line) for line in handle if line.strip()]
-        origin = sum(e["bytes"] for e in log if e["method"] == "GET" and "list-type" not in e["path"])
         origin_files = sum(
             e["bytes"] for e in log if e["method"] == "GET" and not e["path"].endswith(MANIFEST_NAME)
             and "list-type" not in e["path"]
         )  # fmt: skip
-        return {
+        one_copy = per_round[0]["slowest_pull_s"] if count == 2 else None
+        run = {
             "hosts": count,
             "model_bytes": model_bytes,
-            "wall_s": round(wall, 2),
+            "rounds": rounds(plan),
             "seed_fetch_s": round(seed_run["s"], 2),
-            "slowest_pull_s": round(max((p["s"] for p in pulled), default=0), 2),
-            "origin_bytes": origin,
-            "origin_ratio": round(origin_files / (count * model_bytes), 4),
+            "fanout_s": round(fanout_s, 2),
+            "per_round": per_round,
+            "one_copy_s": one_copy,
+            "origin_ratio": round(origin_files / model_bytes, 4),
             "peer_bytes": peer_bytes,
-            "peer_bytes_per_puller": round(peer_bytes / max(len(pulled), 1)),
-            "sha256_MBps": round(hashing["bytes"] / hashing["ours_s"] / 1e6, 1),
-            "sha256sum_MBps": round(hashing["bytes"] / hashing["sha256sum_s"] / 1e6, 1),
         }
+        if args.linear and count > 2:
+            for name in names:
+                if name != seed:
+                    finish(host_exec(name, "clear", {"dest": DEST}))
+            url = finish(host_exec(seed, "serve", {"dest": DEST, "bind": addresses[seed]}))["url"]
+            linear_start = time.monotonic()
+            procs = [host_exec(n, "fetch", dict(base_opts, source="peer", peer_url=url)) for n in names if n != seed]
+            for proc in procs:
+                finish(proc)
+            run["linear_s"] = round(time.monotonic() - linear_start, 2)
+            finish(host_exec(seed, "stop", {}))
+        return run
     finally:
         for name in names:
             docker("rm", "-f", name, check=False)

@@ -145,7 +145,7 @@ def _ansible_env():
     )
 
 
-def playbook_argv(name, playbook, extra=None, limit=None, verbose=False):
+def playbook_argv(name, playbook, extra=None, limit=None, verbose=False, check=False):
     """argv of one run; extra vars go through a 0600 file (secrets never on a command line)."""
     vars_file = os.path.join(VARS, f"{name}.json")
     write_private(vars_file, json.dumps(extra or {}, indent=1))
@@ -154,17 +154,19 @@ def playbook_argv(name, playbook, extra=None, limit=None, verbose=False):
         argv += ["--limit", limit]
     if verbose:
         argv.append("-v")
+    if check:
+        argv += ["--check", "--diff"]
     return argv
 
 
-def run_playbook(name, playbook, extra=None, limit=None, verbose=False, timeout=1800):
+def run_playbook(name, playbook, extra=None, limit=None, verbose=False, timeout=1800, check=False):
     os.makedirs(LOGS, exist_ok=True)
     path = os.path.join(LOGS, f"{name}.log")
     start = time.monotonic()
     log(f"ansible-playbook {os.path.relpath(playbook, ROOT)} ({name})")
     with open(path, "w", encoding="utf-8") as handle:
         proc = subprocess.run(
-            playbook_argv(name, playbook, extra, limit, verbose),
+            playbook_argv(name, playbook, extra, limit, verbose, check),
             cwd=ROOT,
             env=_ansible_env(),
             text=True,

@@ -342,29 +342,47 @@ def test_holder_killed_mid_round(lab, case):
     weights = f"{root}/{VOLUME}/weights"
     offset = origin_offset(lab)
     try:
+        extra_vars = model_vars(lab, root, model_cache_peers=True)
+        hosts = ",".join([seed, first, second])
+        # --check --diff shows each host's holder and round, and for a holder whom it serves.
+        planned = run_playbook("fanout-plan", MODEL_CACHE, extra_vars, limit=hosts, check=True)
+        assert planned.rc == 0, planned.messages()
+        plan_lines = re.findall(r'"(' + re.escape(MODEL) + r': [^"]*)"', planned.out)
+        assert any(f"peer:{seed}," in line and "; round 1 of the fan-out, the origin last" in line
+                   for line in plan_lines), plan_lines  # fmt: skip
+        assert any(f"peer:{seed}," in line and f"; round 2 of the fan-out, then from {first}, the origin last" in line
+                   for line in plan_lines), plan_lines  # fmt: skip
+        assert any(f"; serves {first}, {second} in rounds 1, 2" in line for line in plan_lines), plan_lines
         host_sh(seed, "tc qdisc replace dev eth0 root tbf rate 2mbit burst 32kbit latency 400ms")
-        proc = start_playbook(
-            "fanout-holder-killed", MODEL_CACHE, model_vars(lab, root, model_cache_peers=True), limit=",".join([seed, first, second])
-        )
+        proc = start_playbook("fanout-holder-killed", MODEL_CACHE, extra_vars, limit=hosts)
         try:
             part_bytes, part = wait_for_part(second, weights, timeout=300)
             killed = host_sh(
                 seed,
-                "for f in /run/ttfleet-weights/*.json; do python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))"
-                "[\"pid\"])' \"$f\"; done | xargs -r kill -9 && echo killed",
+                "for f in /run/ttfleet-weights/*.json; do python3 -c 'import json, sys; "
+                'print(json.load(open(sys.argv[1]))["pid"])\' "$f"; done | xargs -r kill -9 && echo killed',
             ).stdout.strip()
             log(f"killed the peer servers of {seed} with {part_bytes} B of {os.path.basename(part)} on {second}")
         finally:
             run = finish_playbook(proc, timeout=600)
-        sums = {host: host_sh(host, f"cd {weights}/{MODEL} && sha256sum -- {' '.join(sorted(files))}", check=False)
-                .stdout for host in (seed, first, second)}
+        sums = {
+            host: host_sh(host, f"cd {weights}/{MODEL} && sha256sum -- {' '.join(sorted(files))}", check=False).stdout
+            for host in (seed, first, second)
+        }
         good = {host: sum(f"{v['sha256']}  {k}" in out for k, v in files.items()) for host, out in sums.items()}
-        parts = {host: host_sh(host, f"find {root} -name '*.ttfleet-part' | wc -l").stdout.strip()
-                 for host in (seed, first, second)}
+        parts = {
+            host: host_sh(host, f"find {root} -name '*.ttfleet-part' | wc -l").stdout.strip()
+            for host in (seed, first, second)
+        }
         read = sum(gets(read_log(lab.origin_log)[offset:]).values())
         handed = re.findall(r"came from (http://[^ ]+) after (\d+) failed holder", run.out)
-        case.details = {"files_verified": good, "part_files": parts, "origin_bytes": read, "model_bytes": total,
-                        "handed_over": handed}
+        case.details = {
+            "files_verified": good,
+            "part_files": parts,
+            "origin_bytes": read,
+            "model_bytes": total,
+            "handed_over": handed,
+        }
         case.observed = (
             f"seed {seed}'s servers killed ({killed}) with {part_bytes} B of "
             f"{os.path.basename(part).removesuffix('.ttfleet-part')} on {second}; rc {run.rc}; files verified "

@@ -57,8 +57,9 @@ def peer_script(listing=None, files=None):
 
 
 def opts(tmp_path, server, **extra):
-    return weights_options(tmp_path, source="peer", repo_id=REPO, revision=REVISION,
-                           peer_url=f"{server.url}/{PEER_TOKEN}/", **extra)
+    return weights_options(
+        tmp_path, source="peer", repo_id=REPO, revision=REVISION, peer_url=f"{server.url}/{PEER_TOKEN}/", **extra
+    )
 
 
 def file_requests(server):
@@ -185,9 +186,7 @@ def test_a_holder_that_dies_mid_file_hands_over_to_the_next_which_sends_only_the
 
     dying = hostile(peer_script(listing=listing, files={"model.safetensors": cut}))
     healthy = hostile(peer_script(listing=listing, files={"model.safetensors": big}))
-    result = sync_weights(
-        opts(tmp_path, dying, peer_fallback_urls=[f"{healthy.url}/{PEER_TOKEN}/"], timeout=5)
-    )
+    result = sync_weights(opts(tmp_path, dying, peer_fallback_urls=[f"{healthy.url}/{PEER_TOKEN}/"], timeout=5))
     assert result["peer"] == f"http://127.0.0.1:{healthy.port}"
     assert len(result["peer_failures"]) == 1 and f"127.0.0.1:{dying.port}" in result["peer_failures"][0]
     assert PEER_TOKEN not in json.dumps(result)

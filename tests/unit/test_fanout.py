@@ -57,12 +57,12 @@ def _check_invariants(work, result):
                 continue
             for holder in [slot["peer"], *slot["alternates"]]:
                 assert holder != host
-                assert held_at[(holder, model)] < slot["round"], f"{holder} does not hold {model} by round {slot['round']}"
+                assert held_at[(holder, model)] < slot["round"], f"{holder} lacks {model} in round {slot['round']}"
                 assert slot["round"] in result[holder][model]["serve_rounds"]
                 assert {e["site"] for e in work[holder] if e["model"] == model} == {entries[model]["site"]}
             assert [slot["round"], host] in result[slot["peer"]][model]["serve"]
     for host, models in result.items():
-        for model, slot in models.items():
+        for slot in models.values():
             per_round = [round_no for round_no, _ in slot["serve"]]
             assert len(per_round) == len(set(per_round)), f"{host} serves two pulls of one round as their peer"
 
@@ -86,7 +86,9 @@ def test_fresh_site_doubles_its_holders_each_round(count):
 def test_eight_hosts_exact_schedule():
     hosts = [f"h{i}" for i in range(8)]
     result = fanout({host: [_entry()] for host in hosts}, hosts)
-    plan = {host: (result[host]["M"]["round"], result[host]["M"]["peer"], result[host]["M"]["alternates"]) for host in hosts}
+    plan = {
+        host: (slot["round"], slot["peer"], slot["alternates"]) for host, slot in ((h, result[h]["M"]) for h in hosts)
+    }
     assert plan == {
         "h0": (0, None, []),
         "h1": (1, "h0", []),
