@@ -73,9 +73,9 @@ def fanout(work_by_host: Mapping[str, Iterable[Entry] | None], play_hosts: Itera
 
 def _schedule(result: dict[str, dict[str, Slot]], members: list[tuple[str, str, bool]]) -> None:
     """Doubling rounds for the hosts of one site and model; ``members`` are ``(host, model, complete)``."""
-    model_of = {host: model for host, model, _ in members}
-    holders = [host for host, _, complete in members if complete]
-    needers = [host for host, _, complete in members if not complete]
+    model_of = {host: model for host, model, _complete in members}
+    holders = [host for host, _model, complete in members if complete]
+    needers = [host for host, _model, complete in members if not complete]
     if not needers:
         return
     if not holders:

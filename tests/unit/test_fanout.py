@@ -63,7 +63,7 @@ def _check_invariants(work, result):
             assert [slot["round"], host] in result[slot["peer"]][model]["serve"]
     for host, models in result.items():
         for slot in models.values():
-            per_round = [round_no for round_no, _ in slot["serve"]]
+            per_round = [pair[0] for pair in slot["serve"]]
             assert len(per_round) == len(set(per_round)), f"{host} serves two pulls of one round as their peer"
 
 
