@@ -399,7 +399,6 @@ def inspect(options: Mapping[str, Any]) -> JSON:
     }
 
 
-@refusing
 class _Tee:
     """A reader that writes what it reads to ``fd`` as well: the archive kept for this host's own store."""
 
@@ -452,6 +451,7 @@ def _keeper(options: Mapping[str, Any], key: Key, manifest: JSON, host: str) -> 
     return kept
 
 
+@refusing
 def deploy(options: Mapping[str, Any], store: Store, check_mode: bool = False, now: float | None = None) -> JSON:
     """Put the store's archive of the key in place at the volume's cache path, verified, staged, renamed."""
     key = check_key(options)
