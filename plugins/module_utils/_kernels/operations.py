@@ -628,7 +628,7 @@ def deploy_from_any(options: Mapping[str, Any], stores: Sequence[Store], check_m
             continue
         result["store_failures"] = failures
         return result
-    if missing is not None and len(failures) == len(stores) and not options.get("required"):
+    if missing is not None and not options.get("required"):
         # Not required and no store had it: the warning of a missing cache, as from one store.
         missing["store_failures"] = failures
         return missing
