@@ -22,6 +22,7 @@ import argparse
 import contextlib
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -37,19 +38,34 @@ def weed_binary():
     return here if os.path.exists(here) else shutil.which("weed")
 
 
+def _ephemeral_low():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as handle:
+            return int(handle.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port(host, avoid=()):
-    """A TCP port free on ``host`` whose +10000 neighbour is free too (SeaweedFS' gRPC habit)."""
-    for _attempt in range(200):
-        with socket.socket() as sock:
-            sock.bind((host, 0))
-            port = sock.getsockname()[1]
-        if port in avoid or port > 55000:
+    """A TCP port free on ``host`` whose +10000 neighbour is free too (SeaweedFS' gRPC habit).
+
+    Both lie below the kernel's ephemeral range: a port picked there and released before ``weed`` binds it can be taken
+    meanwhile by any outgoing connection on the machine (parallel tests, molecule), which CI once hit ("bind: address
+    already in use"). Below the range only another listener can take it, and start() retries that case.
+    """
+    high = _ephemeral_low() - 10000 - 1
+    rng = random.SystemRandom()
+    for _attempt in range(500):
+        port = rng.randint(10000, high) if high > 10000 else 0
+        if port in avoid or port + 10000 in avoid:
             continue
-        with socket.socket() as sock:
-            try:
-                sock.bind((host, port + 10000))
-            except OSError:
-                continue
+        try:
+            with socket.socket() as first, socket.socket() as second:
+                first.bind((host, port))
+                port = first.getsockname()[1]
+                second.bind((host, port + 10000))
+        except OSError:
+            continue
         return port
     raise RuntimeError(f"no free port pair on {host}")
 
@@ -84,7 +100,18 @@ class SeaweedS3:
                 },
                 handle,
             )
+        # Another listener may still take a picked port before weed binds it: weed then exits naming the bind.
+        for attempt in range(4):
+            try:
+                return self._launch(weed, config, timeout)
+            except RuntimeError as exc:
+                if attempt == 3 or "address already in use" not in str(exc):
+                    raise
+        raise AssertionError("unreachable")
+
+    def _launch(self, weed, config, timeout):
         used = set()
+        self.ports = {}
         for name in ("master", "volume", "filer", "s3"):
             port = free_port(self.host, used)
             used.update((port, port + 10000))
@@ -94,6 +121,7 @@ class SeaweedS3:
             args += [f"-{name}.port={port}", f"-{name}.port.grpc={port + 10000}"]
         args += ["-s3", f"-s3.config={config}", "-s3.port.iceberg=0", "-s3.port.lance=0", "-metricsPort=0"]
         self.log_path = os.path.join(self.data_dir, "weed.log")
+        start = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
         log = open(self.log_path, "ab")  # noqa: SIM115 - the server's lifetime
         self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
@@ -111,6 +139,7 @@ class SeaweedS3:
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 with open(self.log_path, errors="replace") as handle:
+                    handle.seek(start)
                     raise RuntimeError(f"SeaweedFS did not start: {handle.read()[-3000:]}")
             time.sleep(0.2)
 
