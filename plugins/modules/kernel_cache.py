@@ -107,7 +107,10 @@ options:
     description:
       - More V(http) stores holding the same entry, asked in turn when the deploy from O(store_url) fails (the
         store does not answer, stalls, stops mid-archive or sends an archive that does not match its manifest).
-        Each try starts over in a fresh staging directory; nothing is put in place until an archive is verified.
+        A store that fails while the archive streams hands over the rest only, from the byte where it stopped
+        (C(Range)), once its C(kernels.tar.zst.sha256) names the same archive; the archive is verified whole. When
+        it does not match its manifest, the deploy starts over in a fresh staging directory from the stores not asked
+        yet. Nothing is put in place until an archive is verified.
       - The fleet fan-out of role model_cache passes the other holders of the round here.
     type: list
     elements: str

@@ -202,6 +202,83 @@ def test_when_every_holder_fails_the_error_names_each_and_nothing_is_kept(hostil
     assert os.listdir(kept.entry_dir(KEY)) == []
 
 
+def ranged(good, asked):
+    """An archive handler that honours ``Range: bytes=N-`` (as weights_server does) and records what it was asked."""
+
+    def archive(conn, req, srv):
+        wanted = req.header("Range")
+        asked.append(wanted)
+        start = int(wanted[len("bytes=") : -1]) if wanted else 0
+        if not start:
+            send(conn, http_head(200, length=len(good)) + good)
+            return
+        head = {"Content-Range": f"bytes {start}-{len(good) - 1}/{len(good)}"}
+        send(conn, http_head(206, head, len(good) - start) + good[start:])
+
+    return archive
+
+
+def test_the_next_holder_is_asked_only_for_the_bytes_the_dead_one_did_not_send(hostile, tmp_path, entry):
+    good = entry[ARCHIVE_NAME]
+    cut = len(good) // 3
+    asked = []
+
+    def dies(conn, req, srv):
+        send(conn, http_head(200, length=len(good)) + good[:cut])
+        conn.close()
+
+    dying, serving = hostile(store_script(entry, dies)), hostile(store_script(entry, ranged(good, asked)))
+    kept = PathStore(str(tmp_path / "spool"))
+    got = deploy_from_any(
+        opts(tmp_path / "volume", keep_store_path=kept.root), [http_store(dying), http_store(serving)]
+    )
+    assert asked == [f"bytes={cut}-"]
+    assert got["changed"] and got["sha256"] == entry["manifest"]["sha256"]
+    assert got["store"].startswith(f"{serving.url}/<base path>/")
+    assert len(got["store_failures"]) == 1 and f"at byte {cut} of {len(good)}" in got["store_failures"][0]
+    assert TOKEN not in json.dumps(got)
+    # The kept copy is the archive whole, spliced from both holders and verified.
+    assert pathlib.Path(got["kept"], ARCHIVE_NAME).read_bytes() == good
+
+
+def test_a_holder_of_another_archive_never_completes_a_resumed_transfer(hostile, tmp_path, entry):
+    good = entry[ARCHIVE_NAME]
+    cut = len(good) // 2
+    other_asked, asked = [], []
+
+    def dies(conn, req, srv):
+        send(conn, http_head(200, length=len(good)) + good[:cut])
+        conn.close()
+
+    other = dict(entry, **{SHA_NAME: ("ab" * 32 + "  kernels.tar.zst\n").encode()})
+    dying = hostile(store_script(entry, dies))
+    stranger = hostile(store_script(other, ranged(good, other_asked)))
+    serving = hostile(store_script(entry, ranged(good, asked)))
+    got = deploy_from_any(opts(tmp_path / "volume"), [http_store(dying), http_store(stranger), http_store(serving)])
+    assert other_asked == [] and asked == [f"bytes={cut}-"]
+    assert got["sha256"] == entry["manifest"]["sha256"]
+    assert "holds another archive (sha256 " + "ab" * 32 in got["store_failures"][1]
+
+
+def test_a_range_answered_with_the_wrong_part_is_refused(hostile, tmp_path, entry):
+    good = entry[ARCHIVE_NAME]
+    cut = len(good) // 2
+
+    def dies(conn, req, srv):
+        send(conn, http_head(200, length=len(good)) + good[:cut])
+        conn.close()
+
+    def wrong_part(conn, req, srv):
+        head = {"Content-Range": f"bytes 0-{len(good) - cut - 1}/{len(good)}"}
+        send(conn, http_head(206, head, len(good) - cut) + good[: len(good) - cut])
+
+    dying, liar = hostile(store_script(entry, dies)), hostile(store_script(entry, wrong_part))
+    with pytest.raises(KernelError, match="every store failed") as err:
+        deploy_from_any(opts(tmp_path / "volume"), [http_store(dying), http_store(liar)])
+    assert f"answered the range from byte {cut} with Content-Range bytes 0-" in str(err.value)
+    nothing_in_place(tmp_path / "volume")
+
+
 # ---------------------------------------------------------------------------
 # Time: the stall limit (the timeout option) and an overall limit on every request
 

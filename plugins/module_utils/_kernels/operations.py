@@ -48,6 +48,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.scan im
     scan_cache,
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.stores import (
+    HolderChain,
     PathStore,
     build_manifest,
     check_manifest,
@@ -77,7 +78,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import JSON, Key, Owner
-    from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.stores import Store
+    from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.stores import HttpStore, Store
 
 
 HEALTH_TOTAL = 60.0  # the overall limit of the warm-up health check of a harvest
@@ -608,31 +609,28 @@ def _deploy_verified(
     result.update(sha256=got["sha256"], archive_bytes=got["archive_bytes"], hashed=True)
 
 
-def deploy_from_any(options: Mapping[str, Any], stores: Sequence[Store], check_mode: bool = False) -> JSON:
-    """Deploy from the first of ``stores`` (the holders of a fan-out round) that delivers a verified archive.
+def deploy_from_any(options: Mapping[str, Any], stores: Sequence[HttpStore], check_mode: bool = False) -> JSON:
+    """Deploy from the holders of a fan-out round (``stores``, in the order to ask them), as one HolderChain.
 
-    A store that fails (does not answer, stalls, stops mid-archive, sends what does not match its manifest, or
-    lacks the entry) hands over to the next; each try starts over in a fresh staging directory. The result names
-    the failures before it in ``store_failures``; when every store failed, the error names each."""
+    A holder that fails (does not answer, stalls, stops mid-archive, lacks the entry) hands over to the next, which
+    is asked only for the bytes still missing. When the archive fails its verification, the deploy starts over in a
+    fresh staging directory from the holders not asked yet. The result names the failures in ``store_failures``;
+    when every holder failed, the error names each."""
     failures: list[str] = []
-    missing: JSON | None = None
-    for store in stores:
+    remaining = list(stores)
+    while remaining:
+        chain = HolderChain(remaining, failures)
         try:
-            result = deploy(options, store, check_mode=check_mode)
+            result = deploy(options, chain, check_mode=check_mode)
         except (KernelError, OSError) as exc:
-            failures.append(f"{store.describe()}: {exc}")
+            if not chain.exhausted:
+                chain.fail(exc)
+            remaining = chain.stores[chain.index :]
             continue
-        if result.get("missing"):
-            failures.append(f"{store.describe()}: {result['reason']}")
-            missing = result
-            continue
+        result["store"] = chain.describe(result["key"])
         result["store_failures"] = failures
         return result
-    if missing is not None and not options.get("required"):
-        # Not required and no store had it: the warning of a missing cache, as from one store.
-        missing["store_failures"] = failures
-        return missing
     raise KernelError(
         f"{options.get('host') or socket.gethostname()}: every store failed for the kernel cache of "
-        f"{options['model_name']} ({len(failures)} asked): " + " | ".join(failures)
+        f"{options['model_name']} ({len(stores)} asked): " + " | ".join(failures)
     )

@@ -55,7 +55,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Sequence
     from typing import Any, BinaryIO, NoReturn, TypeAlias, TypeVar
 
     from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import JSON, Key
@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client
 
     _T = TypeVar("_T")
-    Store: TypeAlias = "PathStore | HttpStore | S3Store"
+    Store: TypeAlias = "PathStore | HttpStore | S3Store | HolderChain"
 
 
 SCHEMA = 1
@@ -393,18 +393,24 @@ class HttpStore:
         why = net.describe(exc, deadline, self._origin)
         return KernelError(f"{shown} failed: {why}; check store_url and that the store is serving")
 
-    def _open(self, key: Key, name: str, missing_ok: bool = False, size: int | None = None) -> _Body | None:
+    def _open(
+        self, key: Key, name: str, missing_ok: bool = False, size: int | None = None, offset: int = 0
+    ) -> _Body | None:
         """A _Body of the entry's file ``name``; None when missing and ``missing_ok``. With ``size``, an answer that
-        declares another length is refused."""
+        declares another length is refused. With ``offset`` (and ``size``), the body starts at that byte: asked
+        with ``Range``, and skipped to when the server sends the whole file instead (HTTP lets it)."""
         shown = self.describe(key, name)
         if size is None:
             deadline = net.Deadline(total=self.total, stall=self.timeout, what="the answer")
         else:
-            deadline = net.Deadline.for_size(size, stall=self.timeout, what="the archive", floor=self.total)
+            deadline = net.Deadline.for_size(size - offset, stall=self.timeout, what="the archive", floor=self.total)
+        headers = dict(self._headers)
+        if offset:
+            headers["Range"] = f"bytes={offset}-"
         conn = None
         try:
             conn = net.connection(self._scheme, self._host, self._port, deadline)
-            conn.request("GET", self._base + self._entry(key, name), headers=self._headers)
+            conn.request("GET", self._base + self._entry(key, name), headers=headers)
             resp = conn.getresponse()
         except (http.client.HTTPException, OSError, ValueError, net.NetError) as exc:
             if conn is not None:
@@ -422,19 +428,35 @@ class HttpStore:
                     f"{shown} answered HTTP {resp.status}, a redirect{to}; a kernel store's redirects are not followed "
                     "(a peer's URL holds its access token). Set store_url to the store itself"
                 )
-            if resp.status != 200:
+            ranged = bool(offset) and resp.status == 206
+            if resp.status != 200 and not ranged:
                 raise KernelError(f"{shown} answered HTTP {resp.status}; check store_url and that the store is serving")
             declared = net.content_length(resp)
-            if size is not None and declared is not None and declared != size:
+            wanted = f"bytes {offset}-{(size or 0) - 1}/{size}"
+            if ranged and (resp.getheader("Content-Range") or "").strip() != wanted:
                 raise KernelError(
-                    f"{shown} is {declared} bytes where its manifest states {size} (archive_bytes); refused. Remove "
-                    "the store entry and harvest again"
+                    f"{shown} answered the range from byte {offset} with Content-Range "
+                    f"{net.printable(resp.getheader('Content-Range') or '(none)', 80)}, not the rest of an archive of "
+                    f"{size} bytes (archive_bytes); refused"
                 )
+            if size is not None and declared is not None and declared != size - (offset if ranged else 0):
+                raise KernelError(
+                    f"{shown} is {declared + (offset if ranged else 0)} bytes where its manifest states {size} "
+                    "(archive_bytes); refused. Remove the store entry and harvest again"
+                )
+            body = _Body(resp, conn, deadline, self._origin)
+            skip = offset if offset and not ranged else 0
+            while skip:
+                # The server ignored the range: what the last holder sent already is read past, not kept.
+                dropped = len(body.read(min(skip, 1 << 20)))
+                if not dropped:
+                    raise KernelError(f"{shown} ended before byte {offset}, where the transfer resumes")
+                skip -= dropped
         except BaseException:
             resp.close()
             conn.close()
             raise
-        return _Body(resp, conn, deadline, self._origin)
+        return body
 
     def _read_small(self, key: Key, name: str, limit: int, missing_ok: bool = False) -> bytes | None:
         body = self._open(key, name, missing_ok=missing_ok)
@@ -457,15 +479,146 @@ class HttpStore:
         raw = cast(bytes, self._read_small(key, SHA_NAME, SHA_MAX))
         return parse_sha_file(raw.decode("ascii", "replace"), self.describe(key, SHA_NAME))
 
-    def open_archive(self, key: Key, size: int | None = None) -> _Body:
+    def open_archive(self, key: Key, size: int | None = None, offset: int = 0) -> _Body:
         # Never None: only missing_ok makes _open return None.
-        return cast(_Body, self._open(key, ARCHIVE_NAME, size=size))
+        return cast(_Body, self._open(key, ARCHIVE_NAME, size=size, offset=offset))
 
     def siblings(self, key: Key) -> list[Key]:
         return []
 
     def writer(self, key: Key) -> NoReturn:
         raise KernelError(f"the http store {self.shown} is read-only; harvest into a path or s3 store")
+
+
+class HolderChain:
+    """The holders of one fan-out round (HttpStore each) as one read-only store.
+
+    The manifest and the sha256 come from the first holder that answers. When a holder fails while the archive
+    streams (it stops, stalls, cuts the connection, answers an error), the next one is asked for the rest only, with
+    ``Range`` from the byte where the last one stopped, once its own sha256 file names the same archive. The bytes
+    are read as one stream, so the archive is still hashed and verified whole against the manifest before anything
+    is put in place. A holder that lacks the entry or fails is passed over, with a line in ``failures``."""
+
+    kind = "http"
+
+    def __init__(self, stores: Sequence[HttpStore], failures: list[str]) -> None:
+        if not stores:
+            raise KernelError("no holder to deploy from: store_url and store_fallback_urls are empty")
+        self.stores = list(stores)
+        self.index = 0
+        self.failures = failures
+        # The sha256 of the archive being read, once a holder named it, and the holders known to hold that archive.
+        self.sha256: str | None = None
+        self.same: set[int] = set()
+
+    @property
+    def exhausted(self) -> bool:
+        return self.index >= len(self.stores)
+
+    @property
+    def rest(self) -> list[HttpStore]:
+        """The holders after the one in use."""
+        return self.stores[self.index + 1 :]
+
+    def describe(self, key: Key | None = None) -> str:
+        return self.stores[min(self.index, len(self.stores) - 1)].describe(key)
+
+    def fail(self, why: object) -> None:
+        """Record the holder in use as failed and pass to the next."""
+        self.failures.append(f"{self.describe()}: {why}")
+        self.index += 1
+
+    def _each(self, what: Callable[[HttpStore], _T]) -> _T:
+        while not self.exhausted:
+            try:
+                return what(self.stores[self.index])
+            except (KernelError, net.NetError, OSError) as exc:
+                self.fail(exc)
+        raise KernelError(f"every holder failed ({len(self.stores)} asked)")
+
+    def read_manifest(self, key: Key) -> JSON | None:
+        while True:
+            manifest = self._each(lambda store: store.read_manifest(key))
+            if manifest is not None or self.index == len(self.stores) - 1:
+                return manifest
+            self.fail("holds no such entry")
+
+    def read_sha(self, key: Key) -> str:
+        self.sha256 = self._each(lambda store: store.read_sha(key))
+        self.same.add(self.index)
+        return self.sha256
+
+    def open_archive(self, key: Key, size: int | None = None) -> _ResumingBody:
+        if size is None:
+            raise KernelError("a holder chain needs the archive's size (archive_bytes) to resume a transfer")
+        return _ResumingBody(self, key, size)
+
+    def siblings(self, key: Key) -> list[Key]:
+        return []
+
+    def writer(self, key: Key) -> NoReturn:
+        raise KernelError(f"the holders of a fan-out round ({self.describe()} first) are read-only")
+
+
+class _ResumingBody:
+    """The archive from the holders of a HolderChain: a failed holder's part is resumed from the next one."""
+
+    def __init__(self, chain: HolderChain, key: Key, size: int) -> None:
+        self.chain = chain
+        self.key = key
+        self.size = size
+        self.offset = 0
+        self.body: _Body | None = None
+
+    def _next(self) -> _Body:
+        chain = self.chain
+        while not chain.exhausted:
+            store = chain.stores[chain.index]
+            try:
+                if chain.index not in chain.same:
+                    # Never splice another archive's bytes: the holder must name the same sha256 first.
+                    sha = store.read_sha(self.key)
+                    if sha != chain.sha256:
+                        raise KernelError(f"holds another archive (sha256 {sha}, not {chain.sha256})")
+                    chain.same.add(chain.index)
+                return store.open_archive(self.key, self.size, offset=self.offset)
+            except (KernelError, net.NetError, OSError) as exc:
+                chain.fail(exc)
+        raise KernelError(
+            f"every holder failed ({len(chain.stores)} asked) after {self.offset} of {self.size} bytes of the archive"
+        )
+
+    def _failed(self, why: object) -> None:
+        if self.body is not None:
+            self.body.close()
+            self.body = None
+        self.chain.fail(f"{why} (at byte {self.offset} of {self.size}; the rest was asked of the next holder)")
+
+    def read(self, size: int = -1) -> bytes:
+        while True:
+            if self.body is None:
+                self.body = self._next()
+            try:
+                block = self.body.read(size)
+            except (KernelError, net.NetError, OSError) as exc:
+                self._failed(exc)
+                continue
+            if not block and self.offset < self.size:
+                self._failed("the answer ended early")
+                continue
+            self.offset += len(block)
+            return block
+
+    def close(self) -> None:
+        if self.body is not None:
+            self.body.close()
+            self.body = None
+
+    def __enter__(self) -> _ResumingBody:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class S3Store:
