@@ -21,6 +21,7 @@ import contextlib
 import fcntl
 import json
 import os
+import random
 import signal
 import socket
 import struct
@@ -65,9 +66,22 @@ def gateway(network):
 
 
 def free_port(host):
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+    """A free TCP port of ``host`` below the kernel's ephemeral range: a released ephemeral port can be taken by any
+    outgoing connection of the machine before the server binds it (a CI run failed so, tests/tools/s3_server.py)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as handle:
+            ephemeral = int(handle.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32768
+    pick = random.SystemRandom()
+    for _attempt in range(200):
+        with socket.socket() as sock:
+            try:
+                sock.bind((host, pick.randint(10000, max(10001, ephemeral - 1))))
+            except OSError:
+                continue
+            return sock.getsockname()[1]
+    raise SystemExit(f"no free port on {host} below {ephemeral}")
 
 
 def _kill(pidfile):
