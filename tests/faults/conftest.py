@@ -56,7 +56,9 @@ RESULTS = []
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "faults: a case of the fault-injection suite (tests/faults)")
-    config.addinivalue_line("markers", "slow: a fault case that needs a served fleet; runs with TTFLEET_FAULTS=all")
+    config.addinivalue_line(
+        "markers", "slow: a fault case that needs a served fleet or minutes of its own; runs with TTFLEET_FAULTS=all"
+    )
     config.addinivalue_line("markers", "case(name): the row name of a fault case in docs/faults.md")
 
 

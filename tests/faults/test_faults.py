@@ -1,7 +1,9 @@
 """Fault-injection cases: each injects a fault on lab hosts for real, runs the real playbook or role, checks it.
 
 The fast half (CI: `tests/run-tests.sh faults`) runs the model_cache role on one n150 lab host; the cases marked
-slow (TTFLEET_FAULTS=all, `make faults`) converge two hosts with site.yml and roll upgrades over them. The token-leak
+slow (TTFLEET_FAULTS=all, `make faults`) converge two hosts with site.yml and roll upgrades over them, or fan a kernel
+cache out over three hosts with one holder killed mid-archive (two minutes; the resume itself is in tests/hostile,
+which CI runs). The token-leak
 scan comes last and reads every log the cases before it produced.
 """
 
@@ -398,6 +400,119 @@ def test_holder_killed_mid_round(lab, case):
         host_sh(seed, "tc qdisc del dev eth0 root", check=False)
         host_sh(HOST, f"rm -rf {root}", check=False)
         lab.remove_hosts(extra)
+
+
+KERNEL_KEY = {
+    "model_name": MODEL,
+    "mesh": "N150",
+    "impl_id": "tt_transformers",
+    "tt_metal_commit": "84b4c53",
+    "vllm_commit": "222ee06",
+}
+KERNEL_SPOOL = "/var/cache/ttfleet/kernel-store"
+
+
+@pytest.mark.slow
+@pytest.mark.case("kernel holder killed mid-archive")
+def test_kernel_holder_killed_mid_archive(lab, case):
+    """A kernel peer and two hosts that pull its cache in two rounds (the first puller keeps the verified archive and
+    serves it in round 2). The peer's link is shaped so that the round-2 pull is still streaming when the peer's
+    servers are killed (kill -9): the puller must take only the rest of the archive from the other holder (a Range
+    from the byte where the peer stopped), and put in place a cache identical to the peer's."""
+    root = "/srv/ft-kfan"
+    extra = {"ft-kfan-2": "n150", "ft-kfan-3": "n150"}
+    case.expected = (
+        "the puller resumes the archive from the other holder at the byte where the peer stopped; the cache in place "
+        "is the peer's, file by file; no staging or temporary file left"
+    )
+    lab.add_hosts(extra)
+    # The kernel peer comes first in the fan-out; then the other hosts in inventory order: round 1, round 2.
+    peer, (first, second) = HOST, sorted(extra)
+    cache = f"{root}/{VOLUME}/tt_metal_cache/cache_{MODEL}/N150"
+    try:
+        weights = run_playbook("kfan-weights", MODEL_CACHE, model_vars(lab, root), limit=peer)
+        assert weights.rc == 0, weights.messages()
+        # LAB STAND-IN for a warm-up: 2.5 MiB of compiled kernels and tensor cache (random, so zstd cannot shrink it).
+        host_sh(
+            peer,
+            f"set -e; for k in a b c d; do mkdir -p {cache}/kernels/$k; "
+            f"head -c 393216 /dev/urandom > {cache}/kernels/$k/brisc.elf; done; mkdir -p {cache}/tensor_cache; "
+            f"head -c 1048576 /dev/urandom > {cache}/tensor_cache/w.tensorbin; "
+            f"chown -R 1000:1000 {root}/{VOLUME}/tt_metal_cache; "
+            f"find {root}/{VOLUME}/tt_metal_cache -exec touch -h -d '2 hours ago' {{}} +",
+        )
+        harvest = run_playbook(
+            "kfan-harvest",
+            os.path.join(PLAYBOOKS, "kernel_harvest.yml"),
+            {"ft_volume": f"{root}/{VOLUME}", "ft_kernel_key": KERNEL_KEY},
+            limit=peer,
+        )
+        assert harvest.rc == 0, harvest.messages()
+        extra_vars = model_vars(
+            lab,
+            root,
+            model_cache_kernel_store="peer",
+            model_cache_kernel_peer=peer,
+            model_cache_kernel_required=True,
+        )
+        hosts = ",".join([peer, first, second])
+        host_sh(peer, "tc qdisc replace dev eth0 root tbf rate 2mbit burst 32kbit latency 400ms")
+        proc = start_playbook("kfan-holder-killed", MODEL_CACHE, extra_vars, limit=hosts)
+        try:
+            part = wait_for_kept_part(second, timeout=300)
+            killed = host_sh(
+                peer,
+                "for f in /run/ttfleet-weights/*.json; do python3 -c 'import json, sys; "
+                'print(json.load(open(sys.argv[1]))["pid"])\' "$f"; done | xargs -r kill -9 && echo killed',
+            ).stdout.strip()
+            log(f"killed the kernel servers of {peer} with {part} B of the archive kept on {second}")
+        finally:
+            run = finish_playbook(proc, timeout=600)
+        want = host_sha256(peer, cache)
+        got = {host: host_sha256(host, cache) for host in (first, second)}
+        leftovers = {
+            host: host_sh(
+                host, f"find {root} {KERNEL_SPOOL} -name '.ttfleet-tmp-*' -o -name '*.ttfleet-part' | wc -l"
+            ).stdout.strip()
+            for host in (first, second)
+        }
+        resumed = re.findall(
+            r"came from (http://[^/]+)/\S*(?: path>\S*)? after (\d+) failed holder\(s\): .*?at byte (\d+) of (\d+)",
+            run.out,
+        )
+        entry = f"{KERNEL_SPOOL}/{'/'.join(KERNEL_KEY.values())}"
+        kept_ok = host_sh(second, f"cd {entry} && sha256sum -c kernels.tar.zst.sha256", check=False).returncode
+        case.details = {"resumed": resumed, "leftovers": leftovers, "files": len(want), "kept_check_rc": kept_ok}
+        case.observed = (
+            f"{peer}'s servers killed ({killed}) with {part} B of the archive kept on {second}; rc {run.rc}; "
+            f"{second} resumed {resumed}; cache files equal to the peer's: "
+            f"{ {host: files == want for host, files in got.items()} } ({len(want)} files); kept archive check rc "
+            f"{kept_ok}; staging or temporary files left {leftovers}"
+        )
+        assert run.rc == 0, run.messages()
+        assert want and all(files == want for files in got.values()), (want, got)
+        assert len(resumed) == 1 and resumed[0][1] == "1", f"no resume from another holder in the output: {resumed}"
+        assert 0 < int(resumed[0][2]) < int(resumed[0][3]), resumed
+        assert kept_ok == 0 and set(leftovers.values()) == {"0"}, (kept_ok, leftovers)
+    finally:
+        host_sh(peer, "tc qdisc del dev eth0 root", check=False)
+        host_sh(HOST, f"rm -rf {root} {KERNEL_SPOOL}", check=False)
+        lab.remove_hosts(extra)
+
+
+def wait_for_kept_part(host, min_bytes=262144, timeout=120):
+    """Wait until the archive a deploy keeps for its peers (a temporary file in the spool) holds ``min_bytes``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = host_sh(
+            host,
+            f"find {KERNEL_SPOOL} -name '.ttfleet-tmp-*' -size +{min_bytes // 1024}k -printf '%s\\n' 2>/dev/null",
+            check=False,
+        ).stdout.split()
+        if out:
+            return int(out[0])
+        time.sleep(0.2)
+    raise AssertionError(f"no archive streaming into {KERNEL_SPOOL} on {host} within {timeout} s")
 
 
 # ---------------------------------------------------------------------------
