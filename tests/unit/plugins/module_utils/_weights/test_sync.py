@@ -14,7 +14,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -51,14 +50,16 @@ TOKEN = "hf_" + "ttfleetTEST" + "token0123456789abcdef"
 REPO = "ttfleet-lab/Tiny-Llama-2L"
 
 
-def _load_lab_module():
-    spec = importlib.util.spec_from_file_location("hf_model", os.path.join(ROOT, "tests", "lab", "hf_model.py"))
+def _load_lab_module(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "tests", "lab", f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-hf_model = _load_lab_module()
+hf_model = _load_lab_module("hf_model")
+# Its free_port picks below the ephemeral range, where no outgoing connection takes the port before olah binds it.
+hf_mirror = _load_lab_module("hf_mirror")
 
 
 def test_module_refuses_and_masks_credentials_in_the_s3_endpoint(tmp_path, capsys):
@@ -100,18 +101,12 @@ def test_url_password_is_masked_whatever_order_the_no_log_values_are_replaced_in
 # The real protocol, against olah
 
 
-def _free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def hub(tmp_path_factory):
     pytest.importorskip("olah")
     base = tmp_path_factory.mktemp("olah")
     model = hf_model.build(str(base / "mirrors"), REPO)
-    port = _free_port()
+    port = hf_mirror.free_port("127.0.0.1")
     config = base / "olah.toml"
     config.write_text(
         "[basic]\n"
