@@ -36,7 +36,8 @@ def weights_fanout_rounds(plan):
 def kernel_fanout(wants, play_hosts):
     if not isinstance(wants, Mapping):
         raise AnsibleFilterError(
-            "kernel_fanout: the input must map host names to {peer: <kernel peer>, keys: [<kernel key>, ...]}."
+            "kernel_fanout: the input must map host names to {peer: <kernel peer>, site: <model_cache_site>, "
+            "keys: [<kernel key>, ...]}."
         )
     try:
         return kernels_fanout(wants, list(play_hosts))

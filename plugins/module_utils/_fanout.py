@@ -107,10 +107,12 @@ def rounds(plan: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> int:
 def kernels_fanout(wants: Mapping[str, Mapping[str, Any]], play_hosts: Iterable[str]) -> dict[str, Any]:
     """The same doubling rounds for kernel-cache archives pulled from kernel peers.
 
-    ``wants``: ``{host: {"peer": kernel peer, "keys": [kernel key, ...]}}`` for the hosts that pull, each key a
-    dict with ``model_name``, ``mesh``, ``impl_id``, ``tt_metal_commit`` and ``vllm_commit``. A kernel peer holds
-    every key its pullers want (it packs them first); a puller holds a key once it deployed it in a round (it keeps
-    the verified archive in its own store). Holders are the hosts that name the same peer (their site).
+    ``wants``: ``{host: {"peer": kernel peer, "site": model_cache_site, "keys": [kernel key, ...]}}`` for the hosts
+    that pull, each key a dict with ``model_name``, ``mesh``, ``impl_id``, ``tt_metal_commit`` and ``vllm_commit``.
+    A kernel peer holds every key its pullers want (it packs them first); a puller holds a key once it deployed it
+    in a round (it keeps the verified archive in its own store). Holders are the peer and the hosts of the same
+    site that name the same peer: a peer named by several sites sends each site its first copy, and the rest of
+    the site pulls inside it.
     Returns ``{"rounds": n, "peers": [peer, ...], "hosts": {host: [slot, ...]}}`` with the slots of ``fanout``
     plus ``id`` (the key's store path) and ``key`` (the host's own key as given, with its volume; on a kernel peer,
     the first puller's); a kernel peer's slots have role ``done``.
@@ -119,27 +121,29 @@ def kernels_fanout(wants: Mapping[str, Mapping[str, Any]], play_hosts: Iterable[
     order += [host for host in play_hosts if host in wants and host not in order]
     work: dict[str, list[dict[str, Any]]] = {host: [] for host in order}
     keys: dict[tuple[str, str], Mapping[str, Any]] = {}
-    held: dict[str, set[str]] = {}
+    held: dict[str, dict[str, set[str]]] = {}
     for host in order:
         want = wants.get(host)
         if want is None:
             continue
         peer = str(want["peer"])
+        group = f"{peer}@{want.get('site') or 'default'}"
         for key in want.get("keys") or []:
             ident = _key_id(key)
             keys[(host, ident)] = key
             keys.setdefault((peer, ident), key)
-            work[host].append(_kernel_entry(peer, ident, complete=False))
-            held.setdefault(peer, set()).add(ident)
-    for peer, idents in held.items():
-        # A peer that also pulls keys from another peer keeps those entries: names are per peer, never shared.
-        work[peer].extend(_kernel_entry(peer, ident, complete=True) for ident in sorted(idents))
+            work[host].append(_kernel_entry(group, ident, complete=False))
+            held.setdefault(peer, {}).setdefault(group, set()).add(ident)
+    for peer, groups in held.items():
+        # A peer that also pulls keys from another peer keeps those entries: names are per peer and site.
+        for group, idents in groups.items():
+            work[peer].extend(_kernel_entry(group, ident, complete=True) for ident in sorted(idents))
     plan = fanout(work, order)
     hosts: dict[str, list[Slot]] = {}
     for host, models in plan.items():
         hosts[host] = []
         for model, slot in models.items():
-            ident = model.split("|", 1)[1]
+            ident = model.rsplit("|", 1)[1]
             hosts[host].append({**slot, "id": ident, "key": dict(keys[(host, ident)])})
     return {"rounds": rounds(plan), "peers": list(held), "hosts": hosts}
 
@@ -149,12 +153,12 @@ def _key_id(key: Mapping[str, Any]) -> str:
     return "/".join(str(part) for part in parts)
 
 
-def _kernel_entry(peer: str, ident: str, complete: bool) -> dict[str, Any]:
+def _kernel_entry(group: str, ident: str, complete: bool) -> dict[str, Any]:
     return {
-        "model": f"{peer}|{ident}",
+        "model": f"{group}|{ident}",
         "repo_id": ident,
         "revision": "kernels",
-        "site": peer,
+        "site": group,
         "complete": complete,
         "shareable": True,
     }

@@ -42,10 +42,10 @@ description:
     serve it (one server per holder and model, bound to C(model_cache_peer_address)) in each round where a pull
     names them as its holder or as one of up to three alternates, and each host that finished a round serves from
     the next round on, so N hosts are served in about log2(N) rounds while the origin is read once. Kernel-cache
-    archives go in the same rounds among the hosts that name the same C(model_cache_kernel_peer): the peer serves
-    its spool (bound to C(model_cache_kernel_peer_address)) from the first round, and each host that deployed a
-    cache keeps the verified archive in its own spool and serves it from the next round (one server per holder,
-    kind V(kernels), bound to C(model_cache_peer_address)). Every server lives until the last round, at most
+    archives go in the same rounds among the hosts of one C(model_cache_site) that name the same
+    C(model_cache_kernel_peer): the peer serves its spool (bound to C(model_cache_kernel_peer_address)) from the
+    first round, and each host that deployed a cache keeps the verified archive in its own spool and serves it
+    from the next round (one server per holder, kind V(kernels), bound to C(model_cache_peer_address)). Every server lives until the last round, at most
     C(model_cache_peer_ttl) seconds."
 extends_documentation_fragment:
   - ttfleet.inference.attributes

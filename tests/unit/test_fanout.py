@@ -242,6 +242,26 @@ def test_kernel_peers_are_sites_and_keys_are_separate():
     assert kernels_fanout({}, ["h1"]) == {"rounds": 0, "peers": [], "hosts": {}}
 
 
+def test_a_kernel_peer_named_by_two_sites_sends_each_its_first_copy_and_the_rest_stays_in_the_site():
+    site_a, site_b = ["a1", "a2", "a3"], ["b1", "b2", "b3"]
+    wants = {host: {"peer": "p", "site": "A", "keys": [_kernel(host)]} for host in site_a}
+    wants.update({host: {"peer": "p", "site": "B", "keys": [_kernel(host)]} for host in site_b})
+    plan = kernels_fanout(wants, ["a1", "b1", "a2", "b2", "a3", "b3", "p"])
+    assert plan["peers"] == ["p"] and plan["rounds"] == 2
+    for site in (site_a, site_b):
+        slots = {host: plan["hosts"][host][0] for host in site}
+        # The peer sends the site's first copy in round 1; then the site's own holder serves it too.
+        assert [slots[host]["round"] for host in site] == [1, 2, 2]
+        assert slots[site[0]]["peer"] == "p" and slots[site[0]]["alternates"] == []
+        for host in site[1:]:
+            assert {slots[host]["peer"], *slots[host]["alternates"]} == {"p", site[0]}
+    # The peer holds one slot per site, both done.
+    assert [slot["role"] for slot in plan["hosts"]["p"]] == ["done", "done"]
+    # Without a site the hosts of one peer share the default one, as before.
+    (slot,) = kernels_fanout({"h1": {"peer": "p", "keys": [_kernel("h1")]}}, ["h1", "p"])["hosts"]["h1"]
+    assert slot["peer"] == "p" and slot["round"] == 1
+
+
 def test_kernel_filter_errors():
     with pytest.raises(AnsibleFilterError, match="kernel_fanout: the input must map host names"):
         kernel_fanout(["h1"], ["h1"])
