@@ -45,8 +45,8 @@ description:
     archives go in the same rounds among the hosts of one C(model_cache_site) that name the same
     C(model_cache_kernel_peer): the peer serves its spool (bound to C(model_cache_kernel_peer_address)) from the
     first round, and each host that deployed a cache keeps the verified archive in its own spool and serves it
-    from the next round (one server per holder, kind V(kernels), bound to C(model_cache_peer_address)). Every server lives until the last round, at most
-    C(model_cache_peer_ttl) seconds."
+    from the next round (one server per holder, kind V(kernels), bound to C(model_cache_peer_address)). Every
+    server lives until the last round, at most C(model_cache_peer_ttl) seconds."
 extends_documentation_fragment:
   - ttfleet.inference.attributes
 attributes:
