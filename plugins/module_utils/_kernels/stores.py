@@ -490,6 +490,10 @@ class HttpStore:
         raise KernelError(f"the http store {self.shown} is read-only; harvest into a path or s3 store")
 
 
+# What makes a holder of a fan-out round fail over to the next one.
+_HOLDER_ERRORS = (KernelError, net.NetError, OSError)
+
+
 class HolderChain:
     """The holders of one fan-out round (HttpStore each) as one read-only store.
 
@@ -515,11 +519,6 @@ class HolderChain:
     def exhausted(self) -> bool:
         return self.index >= len(self.stores)
 
-    @property
-    def rest(self) -> list[HttpStore]:
-        """The holders after the one in use."""
-        return self.stores[self.index + 1 :]
-
     def describe(self, key: Key | None = None) -> str:
         return self.stores[min(self.index, len(self.stores) - 1)].describe(key)
 
@@ -532,7 +531,7 @@ class HolderChain:
         while not self.exhausted:
             try:
                 return what(self.stores[self.index])
-            except (KernelError, net.NetError, OSError) as exc:
+            except _HOLDER_ERRORS as exc:
                 self.fail(exc)
         raise KernelError(f"every holder failed ({len(self.stores)} asked)")
 
@@ -582,7 +581,7 @@ class _ResumingBody:
                         raise KernelError(f"holds another archive (sha256 {sha}, not {chain.sha256})")
                     chain.same.add(chain.index)
                 return store.open_archive(self.key, self.size, offset=self.offset)
-            except (KernelError, net.NetError, OSError) as exc:
+            except _HOLDER_ERRORS as exc:
                 chain.fail(exc)
         raise KernelError(
             f"every holder failed ({len(chain.stores)} asked) after {self.offset} of {self.size} bytes of the archive"
@@ -600,7 +599,7 @@ class _ResumingBody:
                 self.body = self._next()
             try:
                 block = self.body.read(size)
-            except (KernelError, net.NetError, OSError) as exc:
+            except _HOLDER_ERRORS as exc:
                 self._failed(exc)
                 continue
             if not block and self.offset < self.size:
