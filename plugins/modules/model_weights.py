@@ -73,7 +73,8 @@ options:
         files (upload a weights directory that this module filled, manifest included); each file is checked against
         the manifest's sha256.
       - V(peer) is another fleet host holding the same O(repo_id) at the same O(revision), served by
-        M(ttfleet.inference.weights_server) at O(peer_url); files are checked against the peer's manifest.
+        M(ttfleet.inference.weights_server) at O(peer_url); files are checked against the peer's manifest, which must
+        have the digest O(expected_manifest_sha256) fixed from the origin.
       - V(none) fetches and records nothing; the weights already in O(dest) (a preseeded or aliased volume, which
         must exist) only get their owner, modes and, with O(container_owner), the volume layout.
     type: str
@@ -139,12 +140,24 @@ options:
       - More holders of the same O(repo_id) at the same O(revision), for O(source=peer), asked in this order when
         the peer at O(peer_url) fails (stopped, died mid-file, sent a wrong byte) or is not given.
       - The next holder is asked only for what is still missing; a file cut in the middle resumes with a C(Range)
-        request at the byte where the last one stopped. When every holder failed, the module fails with one line
+        request at the byte where the last one stopped. A resumed file that fails its digest is fetched again from
+        byte 0 at the same holder before that holder is failed over, so a holder is only blamed for bytes it sent
+        itself (not for the bytes of one that lied and died before it). When every holder failed, the module fails with one line
         per holder and keeps what arrived in full for the next attempt (from another source, the origin for
         example).
     type: list
     elements: str
     default: []
+  expected_manifest_sha256:
+    description:
+      - For O(source=peer) or O(source=s3), the RV(manifest_sha256) that this module returned on a host that read the
+        origin (the Hub, bucket or directory) for the same O(repo_id) at the same O(revision). The holder's manifest
+        (after the patterns) must have this digest, or nothing is taken from that holder and the next one is asked;
+        the sha256 of each file then comes from a manifest the origin fixed, not from the holder.
+      - The model_cache role fixes it from the hosts that read the origin before the fan-out starts and passes it to
+        every pull. Without it a holder's own manifest is all a pull checks against, and a holder (or anything on
+        the plain-HTTP path to it) that rewrites the files and the manifest together is believed.
+    type: str
 notes:
   - Sizes in messages are binary units (GiB), as tt-inference-server counts disk.
   - The manifest records where the files came from; it holds no secret.
@@ -327,7 +340,10 @@ peer_failures:
   elements: str
   sample: []
 restarts:
-  description: Partial downloads the server would not resume (it ignored C(Range)), which started over.
+  description:
+    - Partial downloads that started over from byte 0, because the server ignored C(Range) or because a resumed file
+      failed its digest (the bytes before the resume point came from an earlier attempt, perhaps another holder, so
+      the file is fetched whole from the same source before that source is blamed).
   returned: always
   type: int
   sample: 0
@@ -346,6 +362,15 @@ manifest:
   returned: always
   type: str
   sample: /opt/tt-cache/volume_id_tt_transformers-Qwen3-32B-v0.17.0/weights/Qwen3-32B/.ttfleet-manifest.json
+manifest_sha256:
+  description:
+    - The sha256 of the canonical part of the manifest (repository, revision, and the path, size and sha256 of every
+      file, as compact JSON with sorted keys), the same on every host holding the same files. V(null) for
+      O(source=path) and O(source=none), and in check mode when a file's digest is not known yet.
+    - Pass the value returned by a host that read the origin as O(expected_manifest_sha256) to the peer pulls.
+  returned: always
+  type: str
+  sample: 3d4f0c1b1c6d1c6f0e4cb1f8e0a1b9d39c2c7d5f4f6c0a9b8e7d6c5b4a3f2e1d
 skipped:
   description: Links and special files in O(dest) that the ownership layout left alone (also given as warnings).
   returned: always
@@ -384,6 +409,7 @@ def main():
             status_file=dict(type="path"),
             peer_url=dict(type="str"),
             peer_fallback_urls=dict(type="list", elements="str", default=[]),
+            expected_manifest_sha256=dict(type="str"),
             **WEIGHTS_SOURCE_OPTIONS,
         ),
         required_if=[
@@ -406,6 +432,11 @@ def main():
         if params["workers"] is not None and params["workers"] < 1:
             raise WeightsError(f"workers must be at least 1, got {params['workers']}")
         result = sync_weights(params, check_mode=module.check_mode)
+        if params["source"] == "peer" and not params["expected_manifest_sha256"]:
+            module.warn(
+                f"the peer pull of {params['repo_id']}@{params['revision']} trusted the holder's own manifest; pass "
+                "expected_manifest_sha256 (the manifest_sha256 of a host that read the origin) to anchor it"
+            )
     except WeightsError as exc:
         module.fail_json(msg=scrub(exc, *secret_values))
     except Exception as exc:  # A traceback would carry request details; keep only the scrubbed text.

@@ -106,16 +106,23 @@ def fetch_hf(hub: Hub | S3Files, repo_id: str, sha: str, plan: JSON, progress: P
         for rel, item, dirfd, leaf in _unstaged(plan, staged, staging_fd):
             try:
                 part = leaf + PART_SUFFIX
-                got = _download(hub, repo_id, sha, item, dirfd, part, progress, stats)
+                got, resumed = _download(hub, repo_id, sha, item, dirfd, part, progress, stats)
                 key = "blob_sha1" if item.get("blob_sha1") else "sha256"
+                if got[key] != item[key] and resumed:
+                    # The bytes before the resume point came from an earlier attempt, perhaps from another holder
+                    # that lied and died: nobody can tell whose bytes are wrong. Start over from byte 0 here, so
+                    # that this source is blamed only for bytes it sent itself.
+                    unlink(dirfd, part)
+                    stats["restarts"] += 1
+                    got, resumed = _download(hub, repo_id, sha, item, dirfd, part, progress, stats)
                 if got[key] != item[key]:
                     unlink(dirfd, part)
                     expected = item["sha256"] or f"git blob {item['blob_sha1']}"
                     actual = got["sha256"] if key == "sha256" else f"git blob {got['blob_sha1']}"
                     raise WeightsError(
                         f"{_name_of(hub)} sent {net.printable(rel)} of {repo_id}@{sha} with the wrong content "
-                        f"(expected {expected}, got {actual}); the partial file was removed, run again or use another "
-                        "source"
+                        f"(expected {expected}, got {actual}, all of it sent by {_name_of(hub)} from byte 0); the "
+                        "partial file was removed, run again or use another source"
                     )
                 item["sha256"] = got["sha256"]
                 rename(dirfd, part, leaf)
@@ -163,8 +170,10 @@ def _download(
     part: str,
     progress: Progress,
     stats: JSON,
-) -> JSON:
-    """Fetch one file into its partial file in staging, resuming it; returns the digests of the whole file.
+) -> tuple[JSON, bool]:
+    """Fetch one file into its partial file in staging, resuming it; returns the digests of the whole file and
+    whether some of its bytes were there before the attempt that finished it (a resume: they may be another
+    source's, or an earlier attempt's).
 
     Each attempt is bounded: it writes at most the bytes the listing gives (``_net.copy_capped``), within a
     deadline (``timeout`` seconds without a byte, and ``TRANSFER_FLOOR`` plus a second per MiB overall). A body
@@ -185,7 +194,7 @@ def _download(
         if offset == size:
             if not size:
                 os.close(_open_part(dirfd, part))
-            return digests.result()
+            return digests.result(), offset > 0
         deadline = net.Deadline.for_size(
             size - offset,
             stall=getattr(hub, "timeout", None) or net.DEFAULT_STALL,
@@ -201,7 +210,7 @@ def _download(
                 if state["written"] == state["expected"]:
                     # Every listed byte arrived, then the connection broke: the digest (checked by the caller)
                     # decides.
-                    return state["digests"].result()
+                    return state["digests"].result(), state["offset"] > 0
                 failure = exc if isinstance(exc, net.NetError) else net.describe(exc, deadline, url)
                 continue
         declared = state["declared"]
@@ -215,7 +224,7 @@ def _download(
             )
         got = size_at(dirfd, part)
         if got == size:
-            return state["digests"].result()
+            return state["digests"].result(), state["offset"] > 0
         failure = f"{where} sent {got} bytes of {shown} where the listing gives {size}"
     raise WeightsError(
         scrub(
@@ -249,6 +258,7 @@ def _attempt_download(
             stats["restarts"] += 1
             progress.advance(-offset, rel)
             offset = 0
+            state["offset"] = 0
             state["digests"] = Digests(size if state["digests"].sha1 is not None else None)
             state["expected"] = size
         state["declared"] = net.content_length(resp)

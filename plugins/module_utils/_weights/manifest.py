@@ -7,6 +7,8 @@ What it records for its source (``identity_of``), whether it matches, building a
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from typing import TYPE_CHECKING
 
@@ -80,6 +82,24 @@ def build_manifest(
         verified_at=verified_at,
     )
     return data
+
+
+def manifest_digest(repo_id: str | None, revision: str | None, files: Iterable[JSON]) -> str | None:
+    """The sha256 of the canonical part of a manifest: repository, revision and each file's size and sha256.
+
+    Nothing host-specific (where the files came from, when they were verified) takes part, so every host holding
+    the same files of the same commit gets the same digest. The hosts that read the origin return it, and the
+    controller hands it to the pullers of the fan-out (``expected_manifest_sha256``): a holder can then serve only
+    the origin's files, whatever manifest it writes. None when a file has no sha256 (nothing to anchor).
+    """
+    listed = {}
+    for item in files:
+        digest = item.get("sha256")
+        if not isinstance(digest, str) or not digest:
+            return None
+        listed[item["path"]] = {"size": item["size"], "sha256": digest}
+    body = {"schema": MANIFEST_SCHEMA, "repo_id": repo_id, "revision": revision, "files": listed}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
 
 
 def manifest_body(manifest: Mapping[str, Any] | None) -> JSON:

@@ -35,7 +35,10 @@ if TYPE_CHECKING:
     from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import JSON, Identity
 
 
-STAGING_STATE = ".ttfleet-staging.json"
+# The state file sits beside the staged files, so its name must be one that no source can list: check_relpath
+# refuses STAGING_NAME as the first component of any listed path (a repository file named like the state of an
+# older release, ``.ttfleet-staging.json``, is an ordinary file now, staged and placed like any other).
+STAGING_STATE = STAGING_NAME
 
 
 def staging_dir(dest: str) -> str:

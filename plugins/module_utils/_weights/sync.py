@@ -43,9 +43,11 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._weights.manifes
     build_manifest,
     identity_of,
     manifest_body,
+    manifest_digest,
     write_manifest,
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import (
+    HEX64_RE,
     WeightsError,
     check_repo_id,
     check_revision,
@@ -156,9 +158,30 @@ def _manifest_source(
         files_at = S3Files(client, options["s3_bucket"], options.get("s3_prefix"), repo_id, revision)
         label = f"s3 {repo_id}@{revision} from s3://{options['s3_bucket']}/{files_at.base} at {client.endpoint}"
     files = files_at.list(repo_id, revision, allow, ignore)
+    check_anchor(options.get("expected_manifest_sha256"), files, repo_id, revision, files_at.name)
     # A peer's URL holds its token: the manifest records the peer's origin only.
     endpoint = net.show_origin(files_at.base) if source == "peer" else files_at.endpoint
     return files_at, revision, files, endpoint, label
+
+
+def check_anchor(expected: str | None, files: Sequence[JSON], repo_id: str, revision: str, holder: str) -> None:
+    """Refuse the files a holder (a peer, a bucket) lists unless their manifest digest is ``expected``, the one the
+    hosts that read the origin returned (``manifest_sha256``). The holder's own manifest is no anchor: whoever
+    rewrites its files rewrites it too. Nothing to check when ``expected`` is empty."""
+    if not expected:
+        return
+    if not HEX64_RE.match(expected):
+        raise WeightsError(
+            f"expected_manifest_sha256 {net.printable(expected, 80)!r} for {repo_id}@{revision} is not a lower-case "
+            "sha256; pass the manifest_sha256 that model_weights returned on a host that read the origin"
+        )
+    got = manifest_digest(repo_id, revision, files)
+    if got != expected:
+        raise WeightsError(
+            f"{holder} serves a manifest of {repo_id}@{revision} whose digest is {got}, not the {expected} of the "
+            "origin's files (expected_manifest_sha256): its files are not the origin's, so nothing was taken from "
+            "it. Find out what changed that holder's weights; the next holder is asked, or fetch from the origin"
+        )
 
 
 def _owner_of(options: JSON, key: str, group_key: str, default: _T) -> Owner | _T:
@@ -252,6 +275,11 @@ def _sync_one(
     )
     plan = None
     try:
+        if options.get("expected_manifest_sha256") and source not in ("s3", "peer"):
+            raise WeightsError(
+                f"expected_manifest_sha256 is for source peer or s3 (a holder's copy), not {source}; the {source} "
+                "source is the origin the digest comes from, so leave it unset there"
+            )
         if source in ("s3", "peer"):
             hub, sha, files, endpoint, label = _manifest_source(options, source, repo_id, allow, ignore)
             identity = identity_of(source, repo_id, sha)
@@ -355,6 +383,7 @@ def _sync_one(
         ) from None
 
     changed = bool(plan["to_fetch"] or plan["attrs"] or manifest_changed or layout)
+    anchor = manifest_digest(repo_id, sha, plan["files"]) if source in COMMIT_SOURCES else None
     return {
         "changed": changed,
         "dest": dest,
@@ -382,6 +411,7 @@ def _sync_one(
         "hashed": plan["hashed"],
         "verified": plan["verified"],
         "manifest": os.path.join(dest, MANIFEST_NAME),
+        "manifest_sha256": anchor,
         "skipped": skipped,
         "diff": diff_of(plan, label, manifest_changed, layout, owner),
     }
