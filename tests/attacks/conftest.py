@@ -51,6 +51,7 @@ ATTACKER_SOURCE = (HERE / "attacker.py").read_text(encoding="utf-8")
 def pytest_configure(config):
     config.addinivalue_line("markers", "broke(n): a case of issue 13 that broke the code before the fix")
     config.addinivalue_line("markers", "held: a case of issue 13 that held before the fix and must keep holding")
+    config.addinivalue_line("markers", "broke29(n): a case of issue 29 that broke the code before the fix")
     config.addinivalue_line(
         "markers", "finding: an attack found while writing this suite that broke the code before the fix"
     )
@@ -68,8 +69,11 @@ _OUTCOMES = {}
 def pytest_collection_modifyitems(items):
     for item in items:
         broke = item.get_closest_marker("broke")
+        broke29 = item.get_closest_marker("broke29")
         if item.get_closest_marker("finding"):
             _CASES[item.nodeid] = "finding"
+        elif broke29:
+            _CASES[item.nodeid] = f"29/{broke29.args[0]}"
         elif broke:
             _CASES[item.nodeid] = f"broke {broke.args[0]:>2}"
         else:
