@@ -334,6 +334,78 @@ def _work_entry(
     }
 
 
+def extra_dest(spec: Mapping[str, Any], repo: str) -> str:
+    """The directory of an extra repository: ``<volume>/weights/<last component of the repository>``.
+
+    Only the last component, because the package's own arguments name that path inside the container
+    (``speculative_config.model: /home/container_app_user/cache_root/weights/<name>``) and volumes filled before keep
+    it; ``check_directories`` refuses two repositories that would meet there.
+    """
+    return posixpath.join(spec["paths"]["volume"], weights_subdir(repo.rsplit("/", 1)[-1]))
+
+
+def directory_claims(entry: Mapping[str, Any], spec: Mapping[str, Any]) -> list[JSON]:
+    """The weights directories an entry fills: its model's weights and each extra repository's, with the repository
+    and revision each is to hold and where the claim comes from (the entry, its instance and profile)."""
+    labels = [f"{key} {entry[key]}" for key in ("instance", "profile") if entry.get(key)]
+    who = ", ".join([f"tt_models entry {entry['name']}", *labels])
+    claims = [
+        {
+            "dest": spec["paths"]["weights"],
+            "repo": str(spec.get("hf_weights_repo") or entry["name"]),
+            "revision": str(entry.get("revision") or ""),
+            "extra": False,
+            "what": f"the weights of {who}",
+        }
+    ]
+    for index, item in enumerate(entry.get("extra_repos") or []):
+        repo = str(item["repo"])
+        claims.append(
+            {
+                "dest": extra_dest(spec, repo),
+                "repo": repo,
+                "revision": str(item.get("revision") or ""),
+                "extra": True,
+                "what": f"extra_repos[{index}] of {who}",
+            }
+        )
+    return claims
+
+
+def check_directories(host: str, claims: Iterable[Mapping[str, Any]]) -> None:
+    """Refuse two different (repository, revision) pairs that would fill one weights directory.
+
+    The plan keeps one work entry per directory, so the second pair would be silently served the first one's bytes:
+    ``org-a/draft`` and ``org-b/draft`` beside one model, a draft named like its model's weights directory, or two
+    entries of one model (which share its volume) pinning other revisions. Called before any origin is listed.
+    """
+    first: dict[str, Mapping[str, Any]] = {}
+    for claim in claims:
+        held = first.setdefault(claim["dest"], claim)
+        if (held["repo"], held["revision"]) == (claim["repo"], claim["revision"]):
+            continue
+        if held["repo"] == claim["repo"]:
+            fix = (
+                f"pin one revision of {claim['repo']} in every entry that names it (the entries of one model share "
+                "its volume)"
+            )
+        elif held["extra"] and claim["extra"]:
+            fix = (
+                "an extra repository lands in <volume>/weights/<last component of its name>, and the entries of one "
+                "model share its volume: keep one of the two"
+            )
+        else:
+            fix = "an extra repository cannot be named like the model's weights directory: drop it"
+        raise PlanError(
+            f"{host}: {_claim_text(held)} and {_claim_text(claim)} would share one directory, {claim['dest']}, so "
+            f"one of them would be served the other's weights. Nothing was fetched. Fix: {fix}."
+        )
+
+
+def _claim_text(claim: Mapping[str, Any]) -> str:
+    return f"{claim['repo']}@{claim['revision'] or '(no revision)'} ({claim['what']})"
+
+
 def _extra_work(
     entry: Mapping[str, Any],
     spec: Mapping[str, Any],
@@ -358,7 +430,7 @@ def _extra_work(
             f"from (sources {', '.join(sources)}); add hf or s3 to the entry's sources, or give the item a path."
         )
     name = repo.rsplit("/", 1)[-1]
-    dest = posixpath.join(spec["paths"]["volume"], weights_subdir(name))
+    dest = extra_dest(spec, repo)
     request = {"dest": dest, "source": source, "repo_id": repo, "revision": revision, "path": path or None}
     weights = plan_weights(request)
     work = _work_entry(

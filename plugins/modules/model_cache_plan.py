@@ -207,6 +207,9 @@ work:
       and the rest). Empty with O(weights=false).
     - A model that several entries serve (one per board or per profile) shares one volume and has one entry; each
       extra repository (RV(models[].extras)) has its own, with C(extra_of) naming its model.
+    - One directory holds one repository at one revision. Two different pairs that would share one (two extra
+      repositories with the same last name component, one named like the model's weights directory, or entries of
+      one model pinning other revisions) fail the module before any origin is listed, naming both.
   returned: always
   type: list
   elements: dict
@@ -227,6 +230,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ttfleet.inference.plugins.module_utils._cache_plan import (
     SOURCES,
     PlanError,
+    check_directories,
+    directory_claims,
     disk_shortfalls,
     kernel_key,
     other_releases,
@@ -295,7 +300,7 @@ def plan(params, warn):
             warn(warning)
         releases = other_releases(params["release_dirs"], checkout)
     planner = _weights_planner(options)
-    records = []
+    resolved = []
     for index, raw in enumerate(params["models"]):
         entry = _entry(raw, index)
         device = entry.get("device") or params["device"]
@@ -307,7 +312,12 @@ def plan(params, warn):
             volume_root=root,
             image=entry.get("image"),
         )
-        spec = resolve_entry(catalog, entry, device, volume_root=root)
+        resolved.append((entry, resolve_entry(catalog, entry, device, volume_root=root)))
+    if volumes is not None:
+        # Before any origin is listed: one repository and revision per weights directory.
+        check_directories(host, [claim for entry, spec in resolved for claim in directory_claims(entry, spec)])
+    records = []
+    for entry, spec in resolved:
         if volumes is None:
             records.append({"name": entry["name"], "entry": dict(entry), "spec": spec, "kernel": kernel_key(spec)})
             continue

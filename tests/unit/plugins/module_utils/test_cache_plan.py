@@ -307,3 +307,100 @@ def test_a_runtime_spec_plans_its_own_volume(tmp_path, capsys):
     assert record["volume"]["path"].endswith("/volume_id_qwen36-Qwen3.8-27B-v0.1.0")
     assert record["kernel"]["mesh"] == "P150x2-tp2" and record["kernel"]["tt_metal_commit"] == "f" * 40
     assert result["spec_source"] == "spec_file"
+
+
+# --- one repository and revision per directory (issue 29 case 7) --------------------------------
+
+
+def _drafted(tmp_path, instance, *repos, revision=SHA):
+    """An entry of LLAMA whose extra repositories come from path copies (missing ones: a listing would fail)."""
+    return {
+        "name": LLAMA,
+        "instance": instance,
+        "revision": revision,
+        "path": str(tmp_path / "nfs" / LLAMA),
+        "sources": ["path"],
+        "extra_repos": [
+            {"repo": repo, "revision": "1" * 40, "path": str(tmp_path / "nfs" / repo.replace("/", "--"))}
+            for repo in repos
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    ("models", "named"),
+    [
+        # Two repositories with one last component beside one model.
+        (
+            lambda t: [_drafted(t, "a", "org-a/Draft-1B", "org-b/Draft-1B")],
+            [
+                f"org-a/Draft-1B@{'1' * 40} (extra_repos[0] of tt_models entry {LLAMA}, instance a) and org-b/",
+                "(extra_repos[1] of",
+                "keep one of the two",
+            ],
+        ),
+        # A draft named like its model: it would land in the model's own weights directory.
+        (
+            lambda t: [_drafted(t, "a", f"evil/{LLAMA}")],
+            [
+                f"(the weights of tt_models entry {LLAMA}, instance a) and evil/{LLAMA}@",
+                "cannot be named like the model",
+            ],
+        ),
+        # Two entries of one model share its volume: their drafts meet there.
+        (
+            lambda t: [_drafted(t, "qwen-a", "org-a/Draft-1B"), _drafted(t, "qwen-b", "org-b/Draft-1B")],
+            ["org-a/Draft-1B@", ", instance qwen-a) and org-b/Draft-1B@", ", instance qwen-b) would", "keep one of"],
+        ),
+        # ... and so do their weights, pinned at other revisions.
+        (
+            lambda t: [_drafted(t, "qwen-a"), _drafted(t, "qwen-b", revision="2" * 40)],
+            [f"@{SHA} (the weights of", "@" + "2" * 40, f"pin one revision of meta-llama/{LLAMA} in every entry"],
+        ),
+    ],
+    ids=["same-last-component", "draft-named-like-model", "two-entries-two-drafts", "two-revisions"],
+)
+def test_two_repositories_in_one_directory_are_refused_before_any_listing(tmp_path, capsys, models, named):
+    # The path copies do not exist: listing any of them would fail with another message.
+    code, result = run(capsys, _args(tmp_path, models(tmp_path)))
+    assert code == 1, result
+    message = result["msg"]
+    assert message.startswith("qb2-1: ") and "would share one directory" in message, message
+    assert "Nothing was fetched" in message
+    for text in named:
+        assert text in message, (text, message)
+
+
+def test_one_repository_named_by_two_entries_is_planned_once(tmp_path, capsys):
+    _copied(_weights(tmp_path / "nfs" / LLAMA))
+    _copied(_weights(tmp_path / "nfs" / "org--Draft-1B"))
+    models = [_drafted(tmp_path, "qwen-a", "org/Draft-1B"), _drafted(tmp_path, "qwen-b", "org/Draft-1B")]
+    code, result = run(capsys, _args(tmp_path, models))
+    assert code == 0, result
+    assert [item["model"] for item in result["work"]] == [LLAMA, f"{LLAMA}--Draft-1B"]
+
+
+def test_directory_claims_name_the_entry_and_each_repository():
+    spec = {"paths": {"volume": "/v/vol", "weights": "/v/vol/weights/M"}, "hf_weights_repo": "org/M"}
+    entry = {"name": "org/M", "profile": "tp2", "extra_repos": [{"repo": "x/D", "revision": "1" * 40}]}
+    claims = cp.directory_claims(entry, spec)
+    assert claims == [
+        {
+            "dest": "/v/vol/weights/M",
+            "repo": "org/M",
+            "revision": "",
+            "extra": False,
+            "what": "the weights of tt_models entry org/M, profile tp2",
+        },
+        {
+            "dest": "/v/vol/weights/D",
+            "repo": "x/D",
+            "revision": "1" * 40,
+            "extra": True,
+            "what": "extra_repos[0] of tt_models entry org/M, profile tp2",
+        },
+    ]
+    # The same pair twice is one directory's one content; another revision is not.
+    cp.check_directories("h", claims + claims)
+    with pytest.raises(cp.PlanError, match=r"^h: x/D@1{40} \(extra_repos\[0\] .*\) and x/D@2{40} \(extra_rep"):
+        cp.check_directories("h", [*claims, dict(claims[1], revision="2" * 40)])
