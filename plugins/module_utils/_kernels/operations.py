@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import socket
 import time
@@ -50,6 +51,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.scan im
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.stores import (
     HolderChain,
     PathStore,
+    Span,
     build_manifest,
     check_manifest,
     json_bytes,
@@ -82,6 +84,22 @@ if TYPE_CHECKING:
 
 
 HEALTH_TOTAL = 60.0  # the overall limit of the warm-up health check of a harvest
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+def pinned_sha256(options: Mapping[str, Any]) -> str | None:
+    """The archive's sha256 fixed at the origin (``expected_sha256``), None when not given; anything but 64 lowercase
+    hex digits is refused, an empty value included: a plan that lost the origin's digest must not pull unanchored."""
+    pinned = options.get("expected_sha256")
+    if pinned is None:
+        return None
+    if not isinstance(pinned, str) or not _SHA256_RE.match(pinned):
+        raise KernelError(
+            f"expected_sha256 {net.printable(pinned, 80)!r} of the kernel cache of {options.get('model_name')} is not "
+            "a sha256 (64 lowercase hex digits); give the sha256 of the origin's manifest (the peer's pack result, "
+            "manifest.sha256), or leave expected_sha256 unset"
+        )
+    return pinned
 
 
 def _free_space(path: str) -> tuple[str, int]:
@@ -485,6 +503,12 @@ def deploy(options: Mapping[str, Any], store: Store, check_mode: bool = False, n
         result.update(reason=reason, missing=True)
         return result
     check_manifest(manifest, key, f"the store entry {store.describe(key)}")
+    pinned = pinned_sha256(options)
+    if pinned is not None and manifest["sha256"] != pinned:
+        raise KernelError(
+            f"{host}: the store entry {store.describe(key)} names the archive sha256 {manifest['sha256']}, not "
+            f"{pinned}, the sha256 fixed at the origin (expected_sha256); it holds another archive and is refused"
+        )
     result.update(manifest=manifest, files=manifest["files"], bytes=manifest["bytes"])
     need = manifest["bytes"] + int(float(options.get("disk_margin_gb") or 0) * (1 << 30))
     measured, space = _free_space(parent)
@@ -551,7 +575,7 @@ def _deploy_verified(
                         source, staging_fd, zstd, manifest["bytes"], owner, progress, expected=manifest["archive_bytes"]
                     )
                 except KernelError as exc:
-                    raise KernelError(f"{store.describe(key)}{ARCHIVE_NAME}: {exc}; nothing was put in place") from None
+                    raise KernelError(f"{_archive_text(store, key)}: {exc}; nothing was put in place") from None
             progress.write(state="done")
             problems = []
             if got["sha256"] != manifest["sha256"]:
@@ -564,8 +588,8 @@ def _deploy_verified(
                 )
             if problems:
                 raise KernelError(
-                    f"the archive {store.describe(key)}{ARCHIVE_NAME} does not match its manifest "
-                    f"({'; '.join(problems)}); nothing was put in place. Remove the store entry and harvest again"
+                    f"{_archive_text(store, key)} does not match its manifest ({'; '.join(problems)}); nothing was put "
+                    f"in place. {_mismatch_fix(store)}"
                 )
             if keep is not None:
                 # Verified: this host now holds the entry too and can serve it (the fan-out's next holder).
@@ -609,24 +633,59 @@ def _deploy_verified(
     result.update(sha256=got["sha256"], archive_bytes=got["archive_bytes"], hashed=True)
 
 
+def _archive_text(store: Store, key: Key) -> str:
+    if isinstance(store, HolderChain):
+        return store.describe_archive(key)
+    return f"the archive {os.path.join(store.describe(key), ARCHIVE_NAME)}"
+
+
+def _mismatch_fix(store: Store) -> str:
+    if isinstance(store, HolderChain):
+        # A holder's entry is never the one to remove on the word of a spliced stream: see deploy_from_any.
+        return (
+            "Another holder is asked; a holder named here sent those bytes: check its kernel spool and the network "
+            "path to it"
+        )
+    return "Remove the store entry and harvest again"
+
+
 def deploy_from_any(options: Mapping[str, Any], stores: Sequence[HttpStore], check_mode: bool = False) -> JSON:
     """Deploy from the holders of a fan-out round (``stores``, in the order to ask them), as one HolderChain.
 
-    A holder that fails (does not answer, stalls, stops mid-archive, lacks the entry) hands over to the next, which
-    is asked only for the bytes still missing. When the archive fails its verification, the deploy starts over in a
-    fresh staging directory from the holders not asked yet. The result names the failures in ``store_failures``;
-    when every holder failed, the error names each."""
+    With ``expected_sha256`` (fixed at the origin and carried by the plan), a holder whose manifest or sha256 file
+    names another archive is refused, named, and the next one asked. A holder that fails (does not answer, stalls,
+    stops mid-archive, lacks the entry) hands over to the next, which is asked only for the bytes still missing.
+
+    When the archive fails its verification (or its unpacking) after such a splice, the wrong bytes may be those of
+    a holder before: the holder that sent the rest is asked again for the whole archive from byte 0, in a fresh
+    staging directory, before it is failed over. When that archive verifies, each part of the failed splice is
+    compared (by sha256) with the same bytes of the verified archive, and the holder whose bytes differed is the
+    one named. An archive that fails whole names the holder that sent it, and the deploy starts over from the
+    holders not asked yet. The result names the failures in ``store_failures``; when every holder failed, the error
+    names each."""
+    pinned = pinned_sha256(options)
     failures: list[str] = []
     remaining = list(stores)
+    asked_whole: set[int] = set()  # id() of the holders asked again from byte 0
+    # The last failed splice: each part's holder, the part, and the same bytes of the archive read again.
+    spliced: list[tuple[HttpStore, Span, Span]] = []
     while remaining:
-        chain = HolderChain(remaining, failures)
+        chain = HolderChain(remaining, failures, pinned, [again for _holder, _part, again in spliced])
         try:
             result = deploy(options, chain, check_mode=check_mode)
         except (KernelError, OSError) as exc:
-            if not chain.exhausted:
+            holder = None if chain.exhausted else chain.stores[chain.index]
+            if holder is not None and chain.spliced and id(holder) not in asked_whole:
+                asked_whole.add(id(holder))
+                spliced = [(chain.stores[part.holder], part, Span(part.start, part.end)) for part in chain.parts]
+                remaining = chain.stores[chain.index :]
+                continue
+            if holder is not None:
                 chain.fail(exc)
             remaining = chain.stores[chain.index :]
             continue
+        if spliced and result.get("hashed"):
+            failures.extend(_splice_verdict(spliced))
         result["store"] = chain.describe(result["key"])
         result["store_failures"] = failures
         return result
@@ -634,3 +693,14 @@ def deploy_from_any(options: Mapping[str, Any], stores: Sequence[HttpStore], che
         f"{options.get('host') or socket.gethostname()}: every store failed for the kernel cache of "
         f"{options['model_name']} ({len(stores)} asked): " + " | ".join(failures)
     )
+
+
+def _splice_verdict(spliced: Sequence[tuple[HttpStore, Span, Span]]) -> list[str]:
+    """The holders of a failed splice whose part differs from the same bytes of the archive that then verified."""
+    return [
+        f"{holder.describe()}: bytes {part.start} to {part.end} it sent differ from the same bytes of the archive "
+        "that verified, so the archive spliced with them failed; check that holder's kernel spool and the network "
+        "path to it"
+        for holder, part, again in spliced
+        if part.hexdigest() != again.hexdigest()
+    ]
