@@ -111,10 +111,23 @@ options:
         (C(Range)), once its C(kernels.tar.zst.sha256) names the same archive; the archive is verified whole. When
         it does not match its manifest, the deploy starts over in a fresh staging directory from the stores not asked
         yet. Nothing is put in place until an archive is verified.
+      - A failure after such a splice does not blame the store that sent the rest: it is asked again for the whole
+        archive from byte 0 first. When that archive verifies, each part of the failed splice is compared with the
+        same bytes of it, and the store whose bytes differed is the one named in RV(store_failures).
       - The fleet fan-out of role model_cache passes the other holders of the round here.
     type: list
     elements: str
     default: []
+  expected_sha256:
+    description:
+      - For O(state=deployed), the sha256 of the archive fixed at the origin, as the origin's manifest gives it (the
+        fleet fan-out of role model_cache passes the one of the kernel peer's pack result). A store, or any of
+        O(store_fallback_urls), whose C(manifest.json) or C(kernels.tar.zst.sha256) names another archive is
+        refused, naming it, before its archive is read; the archive is then verified against this sha256 whole.
+      - Without it, the store's own manifest is the only anchor, which a store or the network path to it can rewrite
+        together with the archive. Set it whenever the store is not the origin itself (a fleet peer, a mirror).
+      - Must be 64 lowercase hex digits; an empty value is refused, never read as unset.
+    type: str
   keep_store_path:
     description:
       - For O(state=deployed), the root of a V(path) store on this host that keeps the archive, its sha256 and
@@ -429,6 +442,7 @@ def main():
             store_path=dict(type="path"),
             store_url=dict(type="str"),
             store_fallback_urls=dict(type="list", elements="str", default=[]),
+            expected_sha256=dict(type="str"),
             keep_store_path=dict(type="path"),
             spool=dict(type="path"),
             health_url=dict(type="str"),

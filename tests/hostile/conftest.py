@@ -33,6 +33,10 @@ if COLLECTIONS not in sys.path:
     sys.path.insert(0, COLLECTIONS)
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "broke29(n): a case of issue 29 that broke the code before the fix")
+
+
 class Request:
     def __init__(self, method, path, headers, raw):
         self.method, self.path, self.headers, self.raw = method, path, headers, raw
