@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._images import ImageError, map_image
 from ansible_collections.ttfleet.inference.plugins.module_utils._overrides import (
+    drop_reserved,
     needs_runtime_spec,
     override_cli_args,
     strip_private,
@@ -66,6 +67,10 @@ DEFAULT_PORT = 8000
 DEFAULT_BIND_HOST = "0.0.0.0"  # nosec B104
 # The UID of the release images; run.py adds --user only for another value.
 DEFAULT_IMAGE_USER = "1000"
+# Ours, not run.py's: no process in the container gains privileges through a setuid/setgid file or file capabilities
+# (one planted on the read-write volume, or in an image that was swapped). Every release image works with it: vLLM and
+# forge images start as their non-root USER, and the media image's root entrypoint only drops to it (gosu).
+HARDENING = ("--security-opt", "no-new-privileges")
 ENV_FILE_DIR = "/etc/ttfleet/serve"
 
 DEVICE_PATH = "/dev/tenstorrent"
@@ -244,16 +249,25 @@ def _is_cpp(derived: Mapping[str, Any], rules: Rules) -> bool:
     return cpp
 
 
-def _media_env(spec: Mapping[str, Any], derived: Mapping[str, Any], rules: Rules) -> dict[str, str]:
-    """Environment run.py adds for media and forge images, in its order."""
+def _spec_env(spec: Mapping[str, Any], derived: Mapping[str, Any], rules: Rules) -> dict[str, str]:
+    """The spec's environment run.py passes to media and forge images, without the names the collection reserves.
+
+    Those (_overrides.RESERVED_ENV: auth, caches, weights, spec path) are set by the collection after this, or left
+    unset on purpose (NO_AUTH without no_auth), so a spec never decides them.
+    """
+    if not rules["media_spec_env"]:
+        return {}
+    spec_env = spec.get("env_vars")
+    if not isinstance(spec_env, dict):
+        spec_env = derived["env_vars"]
+    return {key: str(value) for key, value in drop_reserved(spec_env).items()}
+
+
+def _media_env(derived: Mapping[str, Any], rules: Rules) -> dict[str, str]:
+    """Environment run.py adds for media and forge images after the spec's, in its order."""
     env: dict[str, str] = {}
     device = derived["device"]
     cpp = _is_cpp(derived, rules)
-    if rules["media_spec_env"]:
-        spec_env = spec.get("env_vars")
-        if not isinstance(spec_env, dict):
-            spec_env = derived["env_vars"]
-        env.update({key: str(value) for key, value in spec_env.items()})
     if rules["media_spec_env"] and cpp:
         if device not in CPP_SDXL_DEVICES:
             raise SpecError(
@@ -330,6 +344,11 @@ def _runtime_model_spec(spec: Mapping[str, Any], port: int) -> JSON:
     """The spec as run.py --dev-mode writes it for the container (ModelSpec.apply_overrides: port)."""
     runtime = strip_private(spec)
     dms = dict(runtime.get("device_model_spec") or {})
+    # The vLLM entrypoint sets the spec's env_vars over the container's environment (set_runtime_env_vars), so a
+    # reserved name there would override the collection's -e values: the spec carries none.
+    for mapping in (runtime, dms):
+        if isinstance(mapping.get("env_vars"), dict):
+            mapping["env_vars"] = drop_reserved(mapping["env_vars"])
     dms["vllm_args"] = {**(dms.get("vllm_args") or {}), "port": str(port)}
     runtime["device_model_spec"] = dms
     return runtime
@@ -435,6 +454,7 @@ def container_command(
     if image_user and image_user != DEFAULT_IMAGE_USER:
         argv += ["--user", image_user]
     argv += ["--env-file", env_file, "--ipc", "host"]
+    argv += list(HARDENING)
     if ids:
         for index in ids:
             argv += ["--device", f"{DEVICE_PATH}/{index}:{DEVICE_PATH}/{index}"]
@@ -460,7 +480,9 @@ def container_command(
         # Only with a host volume: the named volume keeps the image's default cache path.
         env["TT_CACHE_PATH"] = derived["container"]["tt_cache_path"]
     if media:
-        env.update(_media_env(spec, derived, rules))
+        # run.py's order; the spec's environment holds no reserved name (_spec_env), so the collection's values win.
+        env.update(_spec_env(spec, derived, rules))
+        env.update(_media_env(derived, rules))
         if no_auth and rules["media_spec_env"]:
             env["NO_AUTH"] = "1"
     runtime_model_spec: JSON | None = None

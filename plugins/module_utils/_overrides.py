@@ -57,10 +57,47 @@ VLLM_ARG_TO_ENV = {"max_num_seqs": "MAX_NUM_SEQS", "max_model_len": "MAX_MODEL_L
 
 _KEY = re.compile(r"[A-Za-z][A-Za-z0-9_-]*\Z")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSW|API_KEY|ACCESS_KEY|PRIVATE|CREDENTIAL)", re.IGNORECASE)
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _MAX_DEPTH = 8
 _MAX_JSON = 64 << 10
+
+# The env gate (gate_env): every environment that comes from outside the catalog (a package's hardware env, a profile's
+# or an entry's env, a runtime spec's env_vars) passes it. Two rules: the secret-name rule (env lands in 0644 files,
+# the runtime spec and the media argv, visible in /proc), and the reserved names below, which the collection sets
+# itself from its own settings (generate_docker_run_command, get_media_server_docker_env_vars and the vLLM entrypoint
+# run_vllm_api_server.py of TTIS). The collection's values are also applied last (_container), so a reserved name
+# that reached a spec some other way still loses.
+_SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSW|API_KEY|ACCESS_KEY|PRIVATE|CREDENTIAL|AUTHORIZATION)", re.IGNORECASE)
+_AUTH = "sets or switches off the server's authentication; the serve role sets it (serve_no_auth, serve_api_keys)"
+_SECRET = (
+    "is a credential; give the Hugging Face token with serve_hf_token and API keys with serve_api_keys, which stay in "
+    "the instance's 0600 env file"
+)
+_CACHE = "points the server at another cache; the collection sets it to the managed volume (tt_volume_root)"
+_WEIGHTS = "points the server at other weights; the collection mounts the verified weights itself"
+_SPEC = "points the server at another model spec; the collection passes the resolved spec itself (runtime_spec_file)"
+_MODEL = "names another model or device; the collection sets it from the entry's name and device"
+RESERVED_ENV = {
+    "NO_AUTH": _AUTH,
+    "API_KEY": _AUTH,
+    "VLLM_API_KEY": _AUTH,
+    "OPENAI_API_KEY": _AUTH,
+    "JWT_SECRET": _AUTH,
+    "AUTHORIZATION": _AUTH,
+    "HF_TOKEN": _SECRET,
+    "HUGGING_FACE_HUB_TOKEN": _SECRET,
+    "TT_CACHE_PATH": _CACHE,
+    "CACHE_ROOT": _CACHE,
+    "HF_HOME": _CACHE,
+    "TT_TRIAGE_LOGS_PATH": _CACHE,
+    "MODEL_WEIGHTS_DIR": _WEIGHTS,
+    "MODEL_WEIGHTS_PATH": _WEIGHTS,
+    "RUNTIME_MODEL_SPEC_JSON_PATH": _SPEC,
+    "TT_MODEL_SPEC_JSON_PATH": _SPEC,
+    "MODEL": _MODEL,
+    "DEVICE": _MODEL,
+    "HF_MODEL_REPO_ID": _MODEL,
+}
 
 # The fields of ModelSpec and DeviceModelSpec (TTIS v0.20.0): from_json passes a spec's keys to the dataclass, so
 # any other key is a TypeError there and an error here. The required ones have no default.
@@ -207,22 +244,43 @@ def check_tuning(where: str, settings: Mapping[str, Any]) -> JSON:
                 "with name and device."
             )
     tt_config = _mapping(where, "override_tt_config", settings.get("override_tt_config"))
-    env_raw = _mapping(where, "env", settings.get("env"))
-    env: dict[str, str] = {}
-    for key, value in env_raw.items():
-        if not _ENV_NAME.match(key):
-            raise TuningError(f"{where}: env key {key!r} is not an environment variable name (A-Z, 0-9, '_').")
-        if _SECRET_NAME.search(key):
-            # env ends up in a world-readable configuration and spec, and on the command line of media images.
-            raise TuningError(
-                f"{where}: env key {key} looks like a secret; env is not for secrets (it is written to 0644 "
-                "files and may reach the command line). Give API keys with serve_api_keys and the Hugging Face "
-                "token with serve_hf_token, which stay in the instance's 0600 env file."
-            )
-        if isinstance(value, (dict, list)) or value is None:
-            raise TuningError(f"{where}: env {key} = {_show(value)} must be a string or number.")
-        env[key] = str(value).lower() if isinstance(value, bool) else str(value)
+    env = gate_env(where, "env", settings.get("env"))
     return {"vllm_override_args": vllm, "override_tt_config": tt_config, "env": env}
+
+
+def gate_env(where: str, field: str, env: object) -> dict[str, str]:
+    """``env`` from outside the catalog (a mapping or its JSON text), checked by the env gate; values as strings.
+
+    ``where`` names the package, profile, entry or spec and ``field`` the key that holds ``env`` (``hardware.n150.env``,
+    ``env_vars``). Refuses a name that is not a variable name, a name that looks like a secret, a reserved name
+    (RESERVED_ENV, with the reason), and a value that is not a single-line string, number or boolean.
+    """
+    out: dict[str, str] = {}
+    for key, value in _mapping(where, field, env).items():
+        if not _ENV_NAME.match(key):
+            raise TuningError(
+                f"{where}: {field} key {_show(key)} is not an environment variable name (A-Z, 0-9, '_'); rename it."
+            )
+        if _SECRET_NAME.search(key):
+            raise TuningError(
+                f"{where}: {field} key {key} looks like a secret; {field} is not for secrets (it is written to 0644 "
+                "files and the runtime spec, and may reach the command line, visible in /proc). Give API keys with "
+                "serve_api_keys and the Hugging Face token with serve_hf_token, which stay in the instance's 0600 env "
+                f"file, and remove {key} from {field}."
+            )
+        reason = RESERVED_ENV.get(key.upper())
+        if reason:
+            raise TuningError(f"{where}: {field} key {key} is reserved: it {reason}. Remove {key} from {field}.")
+        if isinstance(value, (dict, list)) or value is None:
+            raise TuningError(f"{where}: {field} {key} = {_show(value)} must be a string or number.")
+        # _mapping refused control characters in the values already.
+        out[key] = str(value).lower() if isinstance(value, bool) else str(value)
+    return out
+
+
+def drop_reserved(env: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``env`` without the reserved names (RESERVED_ENV): the collection sets those itself, after this."""
+    return {key: value for key, value in (env or {}).items() if str(key).upper() not in RESERVED_ENV}
 
 
 def merge_removing(base: Mapping[str, Any] | None, changes: Mapping[str, Any]) -> JSON:
@@ -387,6 +445,9 @@ def runtime_spec(data: object, where: str, mesh_by_device: Mapping[str, str]) ->
         for mapping, label in ((spec, key), (dms, f"device_model_spec.{key}")):
             if mapping.get(key) is not None and not isinstance(mapping[key], dict):
                 raise TuningError(f"{where}: spec {label} must be a mapping, got {_show(mapping[key])}.")
+    # Checked by the env gate, kept as given (run.py's spec values are not rewritten).
+    gate_env(f"{where}: spec", "env_vars", spec.get("env_vars"))
+    gate_env(f"{where}: spec", "device_model_spec.env_vars", dms.get("env_vars"))
 
     # DeviceModelSpec.__post_init__ (_infer_data, _infer_env_vars).
     mesh = (dms.get("env_vars") or {}).get("MESH_DEVICE") or (spec.get("env_vars") or {}).get("MESH_DEVICE")

@@ -22,7 +22,7 @@ import copy
 import re
 from typing import TYPE_CHECKING
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._overrides import TuningError, check_tuning
+from ansible_collections.ttfleet.inference.plugins.module_utils._overrides import TuningError, check_tuning, gate_env
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -83,6 +83,9 @@ HARDWARE_KEYS = frozenset(
     }
 )
 READINESS_KEYS = frozenset({"log_marker", "start_timeout", "first_start_timeout"})
+# A ready_log_marker is matched against the start of one whole log line (roles/serve/files/ttfleet-serve).
+MAX_MARKER = 200
+_MARKER_BAD = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 MESH_KEYS = frozenset({"device", "descriptor"})
 # tt-metal reads a custom mesh graph descriptor (a .textproto path) from this variable.
 MESH_DESCRIPTOR_ENV = "TT_MESH_GRAPH_DESC_PATH"
@@ -153,6 +156,30 @@ def check_extra_repos(value: object, where: str) -> list[JSON]:
     return out
 
 
+def _env(where: str, field: str, env: object) -> dict[str, str]:
+    """``env`` through the env gate (_overrides.gate_env), as a ProfileError naming ``where`` and ``field``."""
+    try:
+        return gate_env(where, field, env)
+    except TuningError as exc:
+        raise ProfileError(str(exc)) from None
+
+
+def check_marker(value: object, where: str, field: str = "ready_log_marker") -> str:
+    """A ready_log_marker: one line of text the server logs, at most MAX_MARKER characters, no control characters."""
+    if not isinstance(value, str) or not value.strip():
+        raise ProfileError(
+            f"{where}: {field} {value!r} must be a non-empty string, the start of the line the server logs once it "
+            "serves (for example 'Application startup complete')."
+        )
+    if _MARKER_BAD.search(value) or len(value) > MAX_MARKER or value != value.strip():
+        raise ProfileError(
+            f"{where}: {field} {value[:MAX_MARKER]!r} must be one line of at most {MAX_MARKER} characters without "
+            "control characters or surrounding spaces: it is matched at the start of one whole log line of the "
+            "server (docs/model-packages.md, Readiness)."
+        )
+    return value
+
+
 def _check_profile(settings: object, where: str) -> JSON:
     settings = _mapping(settings, where)
     _unknown(settings, PROFILE_KEYS, where)
@@ -169,6 +196,10 @@ def _check_profile(settings: object, where: str) -> JSON:
         if mesh.get("device"):
             env.setdefault("MESH_DEVICE", str(mesh["device"]))
         out["env"] = env
+    if "env" in out:
+        _env(where, "env", out["env"])
+    if out.get("ready_log_marker") is not None:
+        out["ready_log_marker"] = check_marker(out["ready_log_marker"], where)
     if out.get("kernel_cache") not in (None, "own", "shared"):
         raise ProfileError(f"{where}: kernel_cache {out['kernel_cache']!r} must be own or shared.")
     for key in ("start_timeout", "first_start_timeout"):
@@ -188,6 +219,20 @@ def _merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> JSON:
     return out
 
 
+def _check_readiness(readiness: JSON, where: str) -> JSON:
+    """A package's ``readiness``: log_marker a marker line (check_marker), the timeouts positive whole seconds."""
+    _unknown(readiness, READINESS_KEYS, where)
+    if readiness.get("log_marker") is not None:
+        check_marker(readiness["log_marker"], where, "log_marker")
+    for key in ("start_timeout", "first_start_timeout"):
+        value = readiness.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ProfileError(
+                f"{where}: {key} {value!r} must be a positive whole number of seconds (for example {key}: 1800)."
+            )
+    return readiness
+
+
 def package_spec(name: str, package: Mapping[str, Any], device: str) -> tuple[JSON, JSON]:
     """The runtime model spec of ``package`` on ``device`` and that hardware's entry (profiles, boards, ...)."""
     where = f"tt_model_packages.{name}"
@@ -205,8 +250,7 @@ def package_spec(name: str, package: Mapping[str, Any], device: str) -> tuple[JS
         )
     here = _mapping(here, f"{where}.hardware.{device}")
     _unknown(here, HARDWARE_KEYS, f"{where}.hardware.{device}")
-    readiness = _mapping(package.get("readiness"), f"{where}.readiness")
-    _unknown(readiness, READINESS_KEYS, f"{where}.readiness")
+    readiness = _check_readiness(_mapping(package.get("readiness"), f"{where}.readiness"), f"{where}.readiness")
     provenance = _mapping(package.get("provenance"), f"{where}.provenance")
     impl = package.get("impl") or {}
     if isinstance(impl, str):
@@ -218,7 +262,7 @@ def package_spec(name: str, package: Mapping[str, Any], device: str) -> tuple[JS
     mesh = here.get("mesh")
     if isinstance(mesh, dict):
         mesh = mesh.get("device")
-    env = dict(_mapping(here.get("env"), f"{where}.hardware.{device}.env"))
+    env = _env(where, f"hardware.{device}.env", here.get("env"))
     if mesh:
         env["MESH_DEVICE"] = str(mesh)
     model_name = str(package.get("model_name") or _short(repo))
@@ -230,6 +274,11 @@ def package_spec(name: str, package: Mapping[str, Any], device: str) -> tuple[JS
         "env_vars": env,
         "vllm_args": dict(_mapping(here.get("vllm_args"), f"{where}.hardware.{device}.vllm_args")),
     }
+    timeout = here.get("tensor_cache_timeout")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
+        raise ProfileError(
+            f"{where}.hardware.{device}: tensor_cache_timeout {timeout!r} must be a positive number of seconds."
+        )
     if here.get("tensor_cache_timeout") or readiness.get("first_start_timeout"):
         dms["tensor_cache_timeout"] = float(here.get("tensor_cache_timeout") or readiness["first_start_timeout"])
     spec: JSON = {
