@@ -12,7 +12,13 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._fanout import fanout, kernels_fanout, rounds
+from ansible_collections.ttfleet.inference.plugins.module_utils._fanout import (
+    anchors,
+    fanout,
+    kernels_fanout,
+    rounds,
+    server_name,
+)
 
 
 def weights_fanout(work_by_host, play_hosts):
@@ -33,6 +39,25 @@ def weights_fanout_rounds(plan):
         raise AnsibleFilterError(f"weights_fanout_rounds: malformed plan ({exc}).") from None
 
 
+def weights_anchors(fetched_by_host):
+    if not isinstance(fetched_by_host, Mapping):
+        raise AnsibleFilterError(
+            "weights_anchors: the input must map host names to the results of the origin task (model_weights)."
+        )
+    try:
+        return anchors({host: list(results or []) for host, results in fetched_by_host.items()})
+    except ValueError as exc:
+        raise AnsibleFilterError(f"weights_anchors: {exc}") from None
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise AnsibleFilterError(f"weights_anchors: malformed results ({exc}).") from None
+
+
+def weights_server_name(model):
+    if not isinstance(model, str) or not model:
+        raise AnsibleFilterError(f"weights_server_name: the input must be a model name, got {model!r}.")
+    return server_name(model)
+
+
 def kernel_fanout(wants, play_hosts):
     if not isinstance(wants, Mapping):
         raise AnsibleFilterError(
@@ -51,4 +76,6 @@ class FilterModule:
             "weights_fanout": weights_fanout,
             "weights_fanout_rounds": weights_fanout_rounds,
             "kernel_fanout": kernel_fanout,
+            "weights_anchors": weights_anchors,
+            "weights_server_name": weights_server_name,
         }

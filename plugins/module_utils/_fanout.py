@@ -22,10 +22,13 @@ The rule, per site and per (repository, revision):
 
 from __future__ import annotations
 
+import hashlib
+import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable
     from typing import Any
 
     Entry = Mapping[str, Any]
@@ -102,6 +105,55 @@ def _schedule(result: dict[str, dict[str, Slot]], members: list[tuple[str, str, 
 def rounds(plan: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> int:
     """The number of pull rounds of a plan that ``fanout`` returned (0 when nothing is pulled)."""
     return max((int(slot.get("round") or 0) for models in plan.values() for slot in models.values()), default=0)
+
+
+def anchors(fetched_by_host: Mapping[str, Iterable[Mapping[str, Any]] | None]) -> dict[str, str]:
+    """The digest of each model's files, fixed from the hosts that read its origin, before the fan-out starts.
+
+    ``fetched_by_host``: ``{host: [result, ...]}``, the results of the origin task (model_weights on the seed,
+    ``origin`` and ``done`` hosts), each with its ``item`` (the work entry: ``repo_id``, ``revision``) and the
+    ``manifest_sha256`` the module returned. Returns ``{"<repo_id>@<revision>": digest}``; the pulls of that
+    repository and revision pass it as ``expected_manifest_sha256``, so what a holder serves is checked against the
+    origin, not against the holder's own manifest. Skipped and failed results, and those without a digest or a
+    pinned revision, fix nothing. Hosts that disagree on a repository and revision are an error naming them.
+    """
+    seen: dict[str, dict[str, list[str]]] = {}
+    for host, results in fetched_by_host.items():
+        for result in results or []:
+            if not isinstance(result, Mapping) or result.get("skipped") or result.get("failed"):
+                continue
+            item = result.get("item") or {}
+            repo_id, revision, digest = item.get("repo_id"), item.get("revision"), result.get("manifest_sha256")
+            if not repo_id or not revision or not digest or result.get("revision") != revision:
+                continue
+            seen.setdefault(f"{repo_id}@{revision}", {}).setdefault(str(digest), []).append(str(host))
+    fixed = {}
+    for key, by_digest in seen.items():
+        if len(by_digest) > 1:
+            told = "; ".join(
+                f"{', '.join(hosts)} hold files with manifest digest {digest}" for digest, hosts in by_digest.items()
+            )
+            raise ValueError(
+                f"the hosts that read the origin of {key} disagree on its files: {told}. One of them holds other "
+                "files than the origin (a changed bucket copy, a local edit, a tampered host), and the fan-out would "
+                "spread them; run model_weights with verify: sha256 on those hosts, fix the odd one out, run again"
+            )
+        fixed[key] = next(iter(by_digest))
+    return fixed
+
+
+_SERVER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def server_name(model: str) -> str:
+    """The weights_server name of a work entry's model: the model itself when it is a safe name (letters, digits,
+    ``.``, ``_``, ``-``, at most 128), else a slug of it with a short digest of the whole name, so that a package
+    entry named by repository id (``acme/Acme-8B``) gets ``acme-Acme-8B-<8 hex>`` and two models never share one."""
+    model = str(model)
+    if _SERVER_NAME_RE.match(model):
+        return model
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", model).strip("-._")[:100] or "model"
+    return f"{slug}-{hashlib.sha256(model.encode('utf-8', 'surrogateescape')).hexdigest()[:8]}"
 
 
 def kernels_fanout(wants: Mapping[str, Mapping[str, Any]], play_hosts: Iterable[str]) -> dict[str, Any]:

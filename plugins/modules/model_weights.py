@@ -142,9 +142,9 @@ options:
       - The next holder is asked only for what is still missing; a file cut in the middle resumes with a C(Range)
         request at the byte where the last one stopped. A resumed file that fails its digest is fetched again from
         byte 0 at the same holder before that holder is failed over, so a holder is only blamed for bytes it sent
-        itself (not for the bytes of one that lied and died before it). When every holder failed, the module fails with one line
-        per holder and keeps what arrived in full for the next attempt (from another source, the origin for
-        example).
+        itself (not for the bytes of one that lied and died before it).
+      - When every holder failed, the module fails with one line per holder and keeps what arrived in full for the
+        next attempt (from another source, the origin for example).
     type: list
     elements: str
     default: []

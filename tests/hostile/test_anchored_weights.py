@@ -143,7 +143,7 @@ def test_case1_the_digest_a_host_returns_is_the_one_its_pullers_check(hostile, t
 
 def test_case1_a_digest_that_is_not_a_sha256_is_refused(hostile, tmp_path):
     honest = hostile(holder(manifest(WEIGHTS), WEIGHTS))
-    with pytest.raises(WeightsError, match="expected_manifest_sha256 'ABC' for org/model@c+ is not a lower-case"):
+    with pytest.raises(WeightsError, match=r"expected_manifest_sha256 'ABC' for org/model@c+ is not a lower-case"):
         sync_weights(peer_opts(tmp_path, honest, expected_manifest_sha256="ABC"))
 
 
@@ -179,7 +179,9 @@ def test_case2_a_holder_whose_own_bytes_fail_is_the_one_named(hostile, tmp_path)
     with pytest.raises(WeightsError) as exc:
         sync_weights(peer_opts(tmp_path, liar, expected_manifest_sha256=anchor(WEIGHTS)))
     msg = str(exc.value)
-    assert f"peer http://127.0.0.1:{liar.port} sent model.safetensors of {REPO}@{REVISION} with the wrong content" in msg
+    assert (
+        f"peer http://127.0.0.1:{liar.port} sent model.safetensors of {REPO}@{REVISION} with the wrong content" in msg
+    )
     assert len([req for req in file_requests(liar) if req.path.endswith("model.safetensors")]) == 1
 
 
@@ -193,7 +195,7 @@ STATE_LIKE = b'{"identity": "not the module\'s", "files": {"model.safetensors": 
 
 
 def git_blob(content):
-    return hashlib.sha1(b"blob %d\0" % len(content) + content).hexdigest()  # noqa: S324 - git's own blob id
+    return hashlib.sha1(b"blob %d\0" % len(content) + content).hexdigest()
 
 
 def test_case9a_a_repository_file_named_like_the_staging_state_converges(hostile, tmp_path):
