@@ -59,7 +59,8 @@ opts = json.loads(sys.argv[2])
 if sys.argv[1] == "fetch":
     t0 = time.monotonic()
     r = sync_weights(opts)
-    print(json.dumps({"s": time.monotonic() - t0, "fetched": r["fetched_bytes"], "restarts": r["restarts"]}))
+    print(json.dumps({"s": time.monotonic() - t0, "fetched": r["fetched_bytes"], "restarts": r["restarts"],
+                      "manifest_sha256": r["manifest_sha256"]}))
 elif sys.argv[1] == "serve":
     state = _peer.start_server(opts["dest"], opts["bind"], 0, 600, "/run/ttfleet-weights", "bench")
     print(json.dumps(state))
@@ -207,6 +208,8 @@ def run_fanout(count, bundle, proxy_url, proxy_log, model_bytes, args):
         s3_opts = dict(base_opts, source="s3", s3_endpoint=proxy_url, s3_bucket="models", s3_prefix="bench",
                        s3_access_key=ACCESS, s3_secret_key=SECRET)  # fmt: skip
         seed_run = finish(host_exec(seed, "fetch", s3_opts))
+        # As the role does: every pull checks its holder against the digest the seed fixed from the origin.
+        base_opts["expected_manifest_sha256"] = seed_run["manifest_sha256"]
         start = time.monotonic()
         servers, per_round, peer_bytes = {}, [], 0
         for round_no in range(1, rounds(plan) + 1):

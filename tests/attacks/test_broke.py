@@ -106,7 +106,7 @@ def test_case02_staging_part_symlink(arena):
     arena.mkdirs(staging)
     # A staging state that matches the source, so the module resumes instead of clearing the directory.
     state = {"identity": {"repo_id": "Qwen/Qwen3-32B", "revision": revision}, "files": {}}
-    arena.write(staging / ".ttfleet-staging.json", json.dumps(state))
+    arena.write(staging / ".ttfleet-staging", json.dumps(state))
     for rel in WEIGHTS:
         attacker("ln", "-s", arena.victim, staging / f"{rel}.ttfleet-part")
     with fake_peer(arena, WEIGHTS, revision=revision) as base:
