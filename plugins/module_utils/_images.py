@@ -22,7 +22,7 @@ import socket
 import ssl
 import urllib.error
 import urllib.parse
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _net
@@ -198,6 +198,60 @@ def map_image(image: str, mirrors: Mapping[str, str] | None, what: str = "image"
     return mapped, best
 
 
+def registry_host(text: object, what: str = "registry") -> str:
+    """A registry as image references name it, ``host[:port]`` (Docker Hub's aliases are ``docker.io``)."""
+    if not isinstance(text, str) or not text or "/" in text or not _DOMAIN_RE.match(text):
+        raise ImageError(
+            f"{what} {_net.printable(text, 120)!r}: give the registry as host[:port], the way image references name "
+            "it, without a scheme or a path (registry.site.example:5000, ghcr.io)"
+        )
+    return DOCKER_HUB if text in ("index.docker.io", DOCKER_HUB_API) else text
+
+
+@dataclass(frozen=True)
+class Login:
+    """The credentials, and the CA, set for one registry; nothing here is ever sent to another host."""
+
+    username: str
+    password: str = field(repr=False)
+    ca_cert: str | None = field(default=None, repr=False)
+
+    @property
+    def auth(self) -> tuple[str, str]:
+        return self.username, self.password
+
+
+def check_logins(entries: object, what: str = "registry_credentials") -> dict[str, Login]:
+    """``{registry: Login}`` from ``[{registry, username, password, ca_cert}]``, one entry per registry.
+
+    A credential is looked up by the host[:port] a request actually goes to (after every mirror or upstream
+    mapping), so an entry belongs to exactly one registry; two entries for one registry are refused."""
+    logins: dict[str, Login] = {}
+    if entries is None:
+        return logins
+    if not isinstance(entries, list):
+        raise ImageError(f"{what} must be a list of {{registry, username, password}}, not {type(entries).__name__}")
+    seen: dict[str, int] = {}
+    for index, entry in enumerate(entries):
+        where = f"{what}[{index}]"
+        if not isinstance(entry, dict):
+            raise ImageError(f"{where} must be a mapping with registry, username and password")
+        registry = registry_host(entry.get("registry"), f"{where}.registry")
+        if registry in seen:
+            raise ImageError(
+                f"{where} and {what}[{seen[registry]}] both name registry {registry}: keep one entry per registry"
+            )
+        seen[registry] = index
+        username, password = entry.get("username"), entry.get("password")
+        if not isinstance(username, str) or not username or not isinstance(password, str):
+            raise ImageError(f"{where} ({registry}): give username and password as strings")
+        ca_cert = entry.get("ca_cert")
+        if ca_cert is not None and not isinstance(ca_cert, str):
+            raise ImageError(f"{where} ({registry}): ca_cert must be PEM text")
+        logins[registry] = Login(username, password, ca_cert or None)
+    return logins
+
+
 def host_platform() -> tuple[str, str]:
     machine = platform.machine().lower()
     return "linux", _MACHINES.get(machine, machine)
@@ -253,6 +307,155 @@ def ssl_context(registry: str, certs_dir: str = CERTS_DIR) -> ssl.SSLContext:
     if os.path.isfile(ca_file):
         context.load_verify_locations(cafile=ca_file)
     return context
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Image archives (docker save tarballs) on the host: root loads them into the engine, so where they lie is checked.
+
+
+def check_pin(text: object, what: str) -> str:
+    """``sha256:<64 hex>`` from a pin given with or without its ``sha256:`` prefix."""
+    value = text.lower() if isinstance(text, str) else text
+    if isinstance(value, str) and re.fullmatch(r"[0-9a-f]{64}", value):
+        value = "sha256:" + value
+    if not isinstance(value, str) or not _DIGEST_RE.match(value):
+        raise ImageError(
+            f"{what} {_net.printable(text, 120)!r} is not a sha256 (64 hex digits, with or without sha256:): give the "
+            "image ID (the Id of docker image inspect IMAGE where it was saved) or the archive's sha256sum"
+        )
+    return value
+
+
+def _not_root_only(st: os.stat_result, path: str) -> str | None:
+    mode = st.st_mode & 0o7777
+    if st.st_uid != 0:
+        return f"{path} (owner uid {st.st_uid}, mode {mode:04o})"
+    if mode & 0o022:
+        return f"{path} (owner root, mode {mode:04o}: its group or others can write it)"
+    return None
+
+
+def archive_writers(fd: int) -> list[str]:
+    """The levels of the file open on ``fd`` that a non-root user could change: the file itself and every directory
+    from ``/`` down to it (its real path: links were resolved when it was opened), each with its owner and mode.
+    Empty when only root can change any of them, so no one else can swap or rewrite the archive."""
+    from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import O_DIR
+
+    st = os.fstat(fd)
+    real = os.readlink(f"/proc/self/fd/{fd}")
+    if not real.startswith("/") or real.endswith(" (deleted)"):
+        return [f"{real} (the file has no path any more)"]
+    parts = [part for part in real.split("/") if part]
+    found = []
+    dirfd = os.open("/", O_DIR)
+    try:
+        walked = "/"
+        for name in parts[:-1]:
+            problem = _not_root_only(os.fstat(dirfd), walked)
+            if problem:
+                found.append(problem)
+            try:
+                nxt = os.open(name, O_DIR, dir_fd=dirfd)
+            except OSError:
+                return [*found, f"{os.path.join(walked, name)} (it changed while it was checked)"]
+            os.close(dirfd)
+            dirfd = nxt
+            walked = os.path.join(walked, name)
+        problem = _not_root_only(os.fstat(dirfd), walked)
+        if problem:
+            found.append(problem)
+        try:
+            here = os.stat(parts[-1], dir_fd=dirfd, follow_symlinks=False) if parts else None
+        except OSError:
+            here = None
+        if here is None or (here.st_dev, here.st_ino) != (st.st_dev, st.st_ino):
+            return [*found, f"{real} (it changed while it was checked)"]
+    finally:
+        os.close(dirfd)
+    problem = _not_root_only(st, real)
+    return [*found, problem] if problem else found
+
+
+def _same_image(tag: object, ref: Reference) -> bool:
+    try:
+        other = parse_reference(tag)
+    except ImageError:
+        return False
+    return (other.name, other.tag or "latest") == (ref.name, ref.tag or "latest")
+
+
+def archive_images(handle: Any, archive: str) -> list[tuple[str, list[str]]]:
+    """``(image ID, RepoTags)`` of each image in a ``docker save`` archive: its ``manifest.json``, each image ID the
+    sha256 of the config the entry names (what the engine computes as the ID), never the name the archive gives it."""
+    import tarfile
+
+    what = f"the archive {archive}"
+    handle.seek(0)
+    try:
+        with tarfile.open(fileobj=handle, mode="r:") as tar:
+
+            def member_bytes(name: object, limit: int) -> bytes:
+                member = tar.getmember(str(name))
+                if not member.isfile() or member.size > limit:
+                    raise ImageError(
+                        f"{what}: {_net.printable(name, 120)} is not a regular member of {limit} B or less"
+                    )
+                data = tar.extractfile(member)
+                return data.read() if data is not None else b""
+
+            manifest = json.loads(member_bytes("manifest.json", MANIFEST_LIMIT))
+            if not isinstance(manifest, list):
+                raise ImageError(f"{what}: its manifest.json is not a list")
+            found = []
+            for entry in manifest:
+                config = entry.get("Config") if isinstance(entry, dict) else None
+                tags = entry.get("RepoTags") if isinstance(entry, dict) else None
+                image_id = "sha256:" + hashlib.sha256(member_bytes(config, MANIFEST_LIMIT)).hexdigest()
+                found.append((image_id, [str(tag) for tag in tags or []]))
+    except (tarfile.TarError, KeyError, ValueError, OSError) as exc:
+        raise ImageError(
+            f"{what} is not a docker save tarball ({type(exc).__name__}: {_net.printable(exc, 200)})"
+        ) from None
+    finally:
+        handle.seek(0)
+    return found
+
+
+def check_archive_pin(handle: Any, pin: str, ref: Reference, archive: str, option: str) -> str:
+    """The image ID the engine must show for ``ref`` once ``archive`` is loaded, when ``pin`` is that image ID or the
+    archive's own sha256; an ImageError naming the archive, both digests and the fix otherwise. Nothing reaches the
+    engine before this passes; the module checks the ID again after the load."""
+    images = archive_images(handle, archive)
+    ours = [image_id for image_id, tags in images if any(_same_image(tag, ref) for tag in tags)]
+    expected = ours[0] if ours else None
+    if expected == pin:
+        others = sorted({tag for _id, tags in images for tag in tags if not _same_image(tag, ref)})
+        if len(images) != 1 or others:
+            raise ImageError(
+                f"the archive {archive} of {ref}, pinned by its image ID ({option}), also holds "
+                f"{', '.join(others) or 'other images'}, which the pin does not cover: save {ref} alone "
+                "(docker save IMAGE) or pin the whole archive by its sha256sum"
+            )
+        return expected
+    digest = hashlib.sha256()
+    while True:
+        chunk = handle.read(_net.CHUNK)
+        if not chunk:
+            break
+        digest.update(chunk)
+    handle.seek(0)
+    actual = "sha256:" + digest.hexdigest()
+    if actual == pin and expected is not None:
+        return expected
+    if actual == pin:
+        raise ImageError(
+            f"the archive {archive} matches its pin ({option}) but holds no {ref}: save it with docker save {ref}"
+        )
+    raise ImageError(
+        f"the archive {archive} of {ref} is not the pinned one ({option} {pin}): its sha256 is {actual} and the image "
+        f"ID of {ref} in it is {expected or 'absent'}. Someone may have replaced it; put the right archive back, or "
+        "pin the one you trust (its image ID, or its sha256sum)"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -685,6 +888,20 @@ class Engine:
         return self._json(
             "GET", f"/images/{urllib.parse.quote(image, safe='/:@')}/json", f"docker image inspect {image}"
         )
+
+    def remove(self, image: str) -> None:
+        """Remove the reference ``image`` from the engine (its layers too when nothing else uses them)."""
+        what = f"docker image rm {image}"
+        deadline = _net.Deadline(total=120, stall=60, what=what)
+        resp = self._request("DELETE", f"/images/{urllib.parse.quote(image, safe='/:@')}", deadline)
+        try:
+            body = _net.read_capped(resp, ERROR_LIMIT, what, "http://docker", deadline)
+        except _net.NetError as exc:
+            raise ImageError(f"{what}: {exc}") from None
+        finally:
+            resp.close()
+        if resp.status not in (200, 404):
+            raise ImageError(f"{what}: the engine answered HTTP {resp.status} {_engine_message(body)}")
 
     def info(self) -> JSON:
         return self._json("GET", "/info", "docker info") or {}

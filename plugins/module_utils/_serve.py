@@ -38,6 +38,7 @@ PASSED_KEYS = (
     "image",
     "image_archive",
     "image_archive_s3_key",
+    "image_archive_sha256",
     "spec",
     "profile",
     "kernel_cache",

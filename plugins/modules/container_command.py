@@ -16,10 +16,11 @@ description:
   - The argument list has the same options and values as C(run.py --docker-server [--host-volume O(volume_root)]
     [--host-weights-dir O(host_weights_dir)] [--service-port O(port)] [--bind-host O(bind_host)]
     [--device-id O(device_ids)] [--no-auth] [--image-user O(image_user)] [--override-docker-image O(image)]
-    --print-docker-cmd) for the release the specs come from, except for three deliberate differences. The
+    --print-docker-cmd) for the release the specs come from, except for four deliberate differences. The
     container name is stable (O(name)) instead of C(tt-inference-server-<random>); the env file is O(env_file)
-    instead of C(<checkout>/.env); and C(API_KEY) and C(OPENAI_API_KEY) for media images are left to that env file
-    instead of being copied onto the command line.
+    instead of C(<checkout>/.env); C(API_KEY) and C(OPENAI_API_KEY) for media images are left to that env file
+    instead of being copied onto the command line; and C(--security-opt no-new-privileges) is added, so no process
+    in the container gains privileges from a setuid file (every release image runs with it).
   - Media and forge images get the spec's environment, C(MODEL), C(DEVICE), C(CACHE_ROOT) and C(HF_HOME) (or, for the
     SDXL models run by the C++ media server, that server's settings), and E(NO_AUTH=1) with O(no_auth=true). vLLM
     images get C(--model <hf repo> --tt-device <device>), C(--no-auth) and C(--service-port) as container arguments.
@@ -191,7 +192,8 @@ EXAMPLES = r"""
     volume_root: /home/tt/data/tt-cache
   register: __qb2_command
   # argv: docker run --rm --name tt-qwen3-32b-p300x2 --env-file /etc/ttfleet/serve/tt-qwen3-32b-p300x2.env
-  #   --ipc host --device /dev/tenstorrent:/dev/tenstorrent ... --publish 0.0.0.0:8000:8000
+  #   --ipc host --security-opt no-new-privileges --device /dev/tenstorrent:/dev/tenstorrent ...
+  #   --publish 0.0.0.0:8000:8000
   #   --mount type=bind,src=/home/tt/data/tt-cache/volume_id_tt_transformers-Qwen3-32B-v0.17.0,dst=...
   #   -e TT_CACHE_PATH=... <image> --model Qwen/Qwen3-32B --tt-device p300x2
 
@@ -229,6 +231,8 @@ argv:
     - /etc/ttfleet/serve/tt-llama-3.2-1b-instruct-n150.env
     - --ipc
     - host
+    - --security-opt
+    - no-new-privileges
     - --device
     - /dev/tenstorrent:/dev/tenstorrent
     - --mount

@@ -53,8 +53,24 @@ options:
         description: The reference the release's spec names, for messages.
         type: str
       archive:
-        description: A C(docker save) tarball on the host to load when the engine lacks the image (a regular file).
+        description:
+          - A C(docker save) tarball on the host to load when the engine lacks the image (a regular file, opened
+            without following a link a non-root user could have planted).
+          - Root loads it and the unit runs what it holds, so without O(images[].archive_sha256) it must be owned by
+            root and lie where no other user can write at any level (every directory from C(/) down owned by root
+            and not writable by its group or others); otherwise it is refused before any byte reaches the engine,
+            naming the level and its owner.
         type: path
+      archive_sha256:
+        description:
+          - Pins O(images[].archive) (or the S3 object) by sha256, recommended for every archive and required for
+            one in a directory that a non-root user can write. Either the image ID (the sha256 of the image's config,
+            the C(Id) of C(docker image inspect IMAGE) where it was saved) or the archive file's own sha256
+            (C(sha256sum)); with or without the C(sha256:) prefix.
+          - A local archive is checked before the load (its image ID is read from its C(manifest.json) and the config
+            it names; otherwise the whole file is hashed); after the load the engine's image ID must be the expected
+            one, or the image is removed again and the task fails, naming the archive.
+        type: str
       archive_s3_key:
         description: The key of such a tarball in the S3 bucket O(s3_bucket), streamed into the engine.
         type: str
@@ -183,6 +199,7 @@ bytes:
   type: int
 """
 
+import hashlib
 import os
 import time
 
@@ -193,6 +210,9 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._images import (
     EngineAbsent,
     ImageError,
     Registry,
+    archive_writers,
+    check_archive_pin,
+    check_pin,
     parse_reference,
     read_auth,
     repo_digest,
@@ -200,6 +220,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._images import (
 from ansible_collections.ttfleet.inference.plugins.module_utils._progress import Progress
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3_options import S3_OPTIONS
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
+    SafeFileError,
     free_bytes,
     human_bytes,
     open_path,
@@ -218,15 +239,11 @@ def _plan(params, engine, check_mode, warn):
         plan.append(entry)
         if entry["record"] is not None:
             continue
+        pin = check_pin(item["archive_sha256"], f"{ref}: archive_sha256") if item.get("archive_sha256") else None
+        entry["pin"] = pin
         if item.get("archive"):
             entry["source"] = "archive"
-            try:
-                entry["size"] = os.stat(item["archive"]).st_size
-            except OSError as exc:
-                raise ImageError(
-                    f"{ref}: its archive {item['archive']} cannot be read ({exc.strerror}): copy the docker save "
-                    "tarball there or remove archive"
-                ) from None
+            entry["handle"], entry["size"], entry["expected_id"] = _open_archive(item["archive"], ref, pin)
             continue
         if item.get("archive_s3_key"):
             entry["source"] = "s3"
@@ -263,6 +280,49 @@ def _plan(params, engine, check_mode, warn):
     return plan
 
 
+def _open_archive(path, ref, pin):
+    """(handle, size, image ID to expect or None) of a local archive that may be loaded: root's own, in a tree only
+    root can write, or matching its pin. The handle is what gets loaded, so a later swap of the path changes nothing."""
+    try:
+        fd, st = open_path(path)
+    except (OSError, SafeFileError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else exc.reason
+        raise ImageError(
+            f"{ref}: its archive {path} cannot be read ({reason}): copy the docker save tarball there or remove archive"
+        ) from None
+    handle = os.fdopen(fd, "rb")
+    try:
+        if pin is not None:
+            return handle, st.st_size, check_archive_pin(handle, pin, ref, path, "archive_sha256")
+        writers = archive_writers(fd)
+        if writers:
+            raise ImageError(
+                f"{ref}: its archive {path} is refused: a non-root user can replace or rewrite it before root loads it "
+                f"into the engine, through {'; '.join(writers)}. Move it into a directory only root can write "
+                "(owned by root, chmod go-w on every level, the file root's too), or pin it with image_archive_sha256 "
+                "(its image ID, the Id of docker image inspect IMAGE where it was saved, or its sha256sum)"
+            )
+        return handle, st.st_size, None
+    except BaseException:
+        handle.close()
+        raise
+
+
+def _check_loaded(engine, entry, record, streamed):
+    """After a load: the engine's image must be the pinned one, else the reference is removed and the task fails."""
+    ref, item = entry["ref"], entry["item"]
+    expected, pin = entry.get("expected_id"), entry.get("pin")
+    image_id = (record or {}).get("Id")
+    if pin is None or image_id == (expected or pin) or (expected is None and streamed == pin):
+        return
+    engine.remove(item["image"])
+    raise ImageError(
+        f"the archive of {ref} ({item.get('archive') or item.get('archive_s3_key')}) loaded image ID {image_id}, not "
+        f"the pinned {expected or pin} (archive_sha256): the archive changed while it was loaded; the image was "
+        "removed again. Put the right archive back"
+    )
+
+
 def _inspect(engine, image, check_mode, warn, absent):
     """The engine's record of image; in check mode a host whose engine is not there yet (tt_host installs it in the same
     run) has none of its images."""
@@ -286,6 +346,22 @@ def _s3_client(params):
 def _s3_key(params, item):
     prefix = params["s3_prefix"].strip("/")
     return f"{prefix}/{item['archive_s3_key']}" if prefix else item["archive_s3_key"]
+
+
+class _Hashing:
+    """A reader that hashes what passes through it (an S3 archive is pinned by what was streamed)."""
+
+    def __init__(self, handle):
+        self.handle = handle
+        self.hash = hashlib.sha256()
+
+    def read(self, amount):
+        data = self.handle.read(amount)
+        self.hash.update(data)
+        return data
+
+    def digest(self):
+        return "sha256:" + self.hash.hexdigest()
 
 
 def _preflight(params, engine, plan):
@@ -318,22 +394,23 @@ def _fetch(params, engine, plan, progress):
             entry["fetched"] = engine.pull(ref, entry.get("auth"), entry["size"] or 0, report=report)
         else:
             if entry["source"] == "archive":
-                fd, st = open_path(item["archive"])
-                handle = os.fdopen(fd, "rb")
-                size = st.st_size
+                handle, size = entry.pop("handle"), entry["size"]
             else:
                 resp, _start = _s3_client(params).open_object(
                     params["s3_bucket"], _s3_key(params, item), 0, entry["size"]
                 )
                 handle, size = resp, entry["size"]
+            hashing = _Hashing(handle)
             with handle:
-                loaded = engine.load(handle, size, report=report)
+                loaded = engine.load(hashing, size, report=report)
             entry["fetched"] = size
-            if engine.inspect(item["image"]) is None:
+            record = engine.inspect(item["image"])
+            if record is None:
                 raise ImageError(
                     f"the archive of {ref} ({item.get('archive') or item.get('archive_s3_key')}) does not hold it; it "
                     f"loaded {', '.join(loaded) or 'nothing'}: save it with docker save {item.get('origin') or ref}"
                 )
+            _check_loaded(engine, entry, record, hashing.digest())
         entry["record"] = engine.inspect(item["image"])
         if entry["record"] is None:
             raise ImageError(f"the engine does not list {ref} after its {entry['source']} fetch")
@@ -386,6 +463,7 @@ def main():
                     image=dict(type="str", required=True),
                     origin=dict(type="str"),
                     archive=dict(type="path"),
+                    archive_sha256=dict(type="str"),
                     archive_s3_key=dict(type="str", no_log=False),
                     size=dict(type="int"),
                 ),

@@ -45,20 +45,57 @@ options:
         description: The image in the site registry.
         type: str
         required: true
+  registry_credentials:
+    description:
+      - Credentials per registry. Each request uses the entry of the registry it actually goes to, C(host[:port])
+        after the O(upstream) mapping (a proxy of the origin gets the proxy's entry, never the origin's), and a
+        registry without an entry is read anonymously. The username and password go to that registry, and to its
+        token service only when that has the registry's own origin (scheme, host and port); a token service
+        elsewhere, or a redirect to another origin, gets nothing.
+      - The shape of C(tt_registry_credentials); the serve role passes that list.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      registry:
+        description: The registry, C(host[:port]) as image references name it (V(ghcr.io), V(registry.example:5000)).
+        type: str
+        required: true
+      username:
+        description: Username at that registry.
+        type: str
+        required: true
+      password:
+        description: Password or token at that registry.
+        type: str
+        required: true
+      ca_cert:
+        description: PEM of the CA of that registry's certificate, trusted for it beside the system CAs.
+        type: str
+  source_registry:
+    description:
+      - The one registry (C(host[:port]), after O(upstream)) that O(source_username) and O(source_password) belong to.
+        Required with them; they are never sent to another registry.
+    type: str
   source_username:
-    description: Username at the origin registries (anonymous pulls without it).
+    description:
+      - Deprecated, use O(registry_credentials). Username at O(source_registry) only.
     type: str
   source_password:
-    description: Password or token at the origin registries.
+    description:
+      - Deprecated, use O(registry_credentials). Password or token at O(source_registry) only.
     type: str
   target_username:
-    description: Username with push rights at the site registry.
+    description:
+      - Deprecated, use O(registry_credentials). Username with push rights at the site registry: the registry of
+        every O(images[].target), which must then be one registry.
     type: str
   target_password:
-    description: Its password.
+    description: Deprecated, use O(registry_credentials). Its password.
     type: str
   target_ca_cert:
-    description: PEM of the CA of the site registry's certificate, trusted for it beside the system CAs.
+    description: PEM of the CA of the site registry's certificate (the registry of the targets), trusted for it beside
+      the system CAs.
     type: str
   upstream:
     description:
@@ -95,8 +132,13 @@ EXAMPLES = r"""
     images:
       - source: ghcr.io/tenstorrent/tt-inference-server/tt-media-inference-server:0.20.0-b204341
         target: registry.site.example:5000/tenstorrent/tt-inference-server/tt-media-inference-server:0.20.0-b204341
-    target_username: mirror
-    target_password: "{{ vault_site_registry_push_password }}"
+    registry_credentials:
+      - registry: registry.site.example:5000
+        username: mirror
+        password: "{{ vault_site_registry_push_password }}"
+      - registry: ghcr.io
+        username: fleet-reader
+        password: "{{ vault_ghcr_token }}"
   no_log: true
 """
 
@@ -141,46 +183,80 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._images import (
     ImageError,
+    Login,
     Registry,
     VerifyingReader,
+    check_logins,
     map_image,
     parse_reference,
+    registry_host,
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._progress import Progress
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import human_bytes
 
 
-def _client(cache, registry, auth, params, ca_data=None):
-    key = (registry, auth)
-    if key not in cache:
-        cache[key] = Registry(
+def _client(cache, registry, logins, params, targets):
+    """The client of ``registry``, with the credentials (and CA) set for that registry and no other's."""
+    if registry not in cache:
+        login = logins.get(registry)
+        ca_data = params["target_ca_cert"] if registry in targets else None
+        cache[registry] = Registry(
             registry,
-            auth,
+            login.auth if login else None,
             plain_http=registry in params["plain_http"],
             certs_dir=params["certs_dir"],
             timeout=params["timeout"],
             stall=min(params["timeout"], 60),
-            ca_data=ca_data,
+            ca_data=ca_data or (login.ca_cert if login else None),
         )
-    return cache[key]
+    return cache[registry]
 
 
-def _auth(params, side):
-    user, password = params[f"{side}_username"], params[f"{side}_password"]
-    return (user, password) if user and password is not None else None
+def logins_of(params, targets):
+    """``{registry: Login}``: registry_credentials, plus the deprecated per-side options bound to their registry (the
+    source's to source_registry, the target's to the one registry of the targets)."""
+    logins = check_logins(params["registry_credentials"], "registry_credentials")
+    legacy = []
+    if params["source_username"] or params["source_password"] is not None:
+        if not params["source_username"] or params["source_password"] is None or not params["source_registry"]:
+            raise ImageError(
+                "source_username and source_password belong to one registry and are never sent to every origin: give "
+                "both with source_registry (the host[:port] read from, after upstream), or use registry_credentials"
+            )
+        legacy.append(("source", registry_host(params["source_registry"], "source_registry")))
+    if params["target_username"] or params["target_password"] is not None:
+        if len(targets) != 1 or not params["target_username"] or params["target_password"] is None:
+            raise ImageError(
+                f"target_username and target_password are for one site registry, and the targets name "
+                f"{', '.join(sorted(targets))}: give both, or use registry_credentials with an entry per registry"
+            )
+        legacy.append(("target", next(iter(targets))))
+    for side, registry in legacy:
+        if registry in logins:
+            raise ImageError(
+                f"{side}_username and registry_credentials both set credentials for {registry}: keep one of them"
+            )
+        logins[registry] = Login(params[f"{side}_username"], params[f"{side}_password"])
+    return logins
 
 
 def plan(params):
     clients = {}
     work = []
+    pairs = []
     for pair in params["images"]:
         read_from, _prefix = map_image(pair["source"], params["upstream"], "images[].source")
         source = parse_reference(read_from, "images[].source")
         target = parse_reference(pair["target"], "images[].target")
         if target.digest or not target.tag:
             raise ImageError(f"images[].target {pair['target']!r}: give the site registry's reference with a tag")
-        src = _client(clients, source.registry, _auth(params, "source"), params)
-        dst = _client(clients, target.registry, _auth(params, "target"), params, params["target_ca_cert"])
+        pairs.append((pair, source, target))
+    targets = {target.registry for _pair, _source, target in pairs}
+    logins = logins_of(params, targets)
+    for pair, source, target in pairs:
+        # Looked up by the registry each request goes to: an upstream proxy is not the origin.
+        src = _client(clients, source.registry, logins, params, targets)
+        dst = _client(clients, target.registry, logins, params, targets)
         resolved = src.resolve(source.path, source.reference)
         digest = resolved.get("platform_digest") or resolved["digest"]
         _body, _media, have = dst.manifest(target.path, target.tag, method="HEAD", missing_ok=True)
@@ -231,6 +307,18 @@ def main():
                 required=True,
                 options=dict(source=dict(type="str", required=True), target=dict(type="str", required=True)),
             ),
+            registry_credentials=dict(
+                type="list",
+                elements="dict",
+                default=[],
+                options=dict(
+                    registry=dict(type="str", required=True),
+                    username=dict(type="str", required=True),
+                    password=dict(type="str", required=True, no_log=True),
+                    ca_cert=dict(type="str"),
+                ),
+            ),
+            source_registry=dict(type="str"),
             source_username=dict(type="str"),
             source_password=dict(type="str", no_log=True),
             target_username=dict(type="str"),

@@ -10,7 +10,8 @@ short_description: Store a registry's credentials and CA for root's Docker engin
 version_added: 0.2.0
 description:
   - Writes the username and password of O(registry) into root's Docker client config (O(docker_config),
-    C(auths.<registry>.auth), mode 0600, its directory 0700), where C(docker pull), C(docker run) and
+    C(auths.<registry>.auth), mode 0600, its directory 0700 and root's; an existing directory with another mode or
+    owner is corrected), where C(docker pull), C(docker run) and
     ttfleet.inference.container_image find them. Other entries of the file (other registries, C(credsStore)) are
     kept.
   - Writes O(ca_cert) to C(<certs_dir>/<registry>/ca.crt), which Docker trusts for that registry only (no engine
@@ -83,27 +84,43 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._images import (
     ImageError,
-    check_mirrors,
     encode_auth,
     read_auth,
+    registry_host,
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
     SafeFileError,
     make_path,
+    opened_dir,
     read_bytes,
+    set_attrs,
     unlink,
     write_atomic,
 )
 
 PEM_LIMIT = 256 * 1024
+# The config directory holds every registry's password: root's alone, whatever made it before.
+CONFIG_DIR_MODE = 0o700
+
+
+def _dir_needs_fix(directory):
+    """True when root's Docker config directory exists with another mode or owner than 0700 root:root."""
+    try:
+        with opened_dir(directory) as fd:
+            st = os.fstat(fd)
+    except FileNotFoundError:
+        return False
+    wrong_owner = os.geteuid() == 0 and (st.st_uid, st.st_gid) != (0, 0)
+    return st.st_mode & 0o7777 != CONFIG_DIR_MODE or wrong_owner
 
 
 def _config(params):
     directory, name = os.path.split(params["docker_config"])
-    dirfd = make_path(directory, 0o700)
+    dirfd = make_path(directory, CONFIG_DIR_MODE, (0, 0))
     try:
+        set_attrs(dirfd, CONFIG_DIR_MODE, (0, 0))
         raw = read_bytes(dirfd, name, 4 * 1024 * 1024)
-    except SafeFileError:
+    except (SafeFileError, OSError):
         os.close(dirfd)
         raise
     try:
@@ -134,13 +151,11 @@ def main():
     params = module.params
     registry = params["registry"]
     try:
-        # A registry is a host[:port]: the same check as a mirror prefix, without a path.
-        check_mirrors({registry: registry}, "registry")
-        if "/" in registry:
-            raise ImageError(f"registry {registry!r}: give the host[:port] only, without a path")
+        registry_host(registry, "registry")
         before = read_auth(params["docker_config"], registry) if os.path.exists(params["docker_config"]) else None
         after = (params["username"], params["password"]) if params["state"] == "present" else None
         changed_auth = before != after
+        changed_dir = _dir_needs_fix(os.path.dirname(params["docker_config"]))
         ca_path = os.path.join(params["certs_dir"], registry, "ca.crt")
         ca_before = None
         if os.path.isfile(ca_path):
@@ -154,7 +169,7 @@ def main():
         changed_ca = (ca_after is not None and ca_before != ca_after) or (
             params["state"] == "absent" and ca_before is not None
         )
-        if not module.check_mode and changed_auth:
+        if not module.check_mode and (changed_auth or changed_dir):
             dirfd, name, data = _config(params)
             try:
                 auths = data.setdefault("auths", {})
@@ -164,7 +179,8 @@ def main():
                     auths.pop(key, None)
                 if after is not None:
                     auths[registry] = {"auth": encode_auth(*after)}
-                write_atomic(dirfd, name, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode(), 0o600, (0, 0))
+                if changed_auth:
+                    write_atomic(dirfd, name, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode(), 0o600, (0, 0))
             finally:
                 os.close(dirfd)
         if not module.check_mode and changed_ca:
@@ -178,7 +194,7 @@ def main():
                 os.close(dirfd)
     except (ImageError, SafeFileError, OSError) as exc:
         module.fail_json(msg=f"registry_auth of {registry}: {exc}")
-    result = {"changed": changed_auth or changed_ca, "registry": registry}
+    result = {"changed": changed_auth or changed_ca or changed_dir, "registry": registry}
     if module._diff:
 
         def show(auth, ca):

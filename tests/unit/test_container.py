@@ -28,7 +28,18 @@ with open(RUNPY, encoding="utf-8") as _handle:
 # Flags whose value is ours, not run.py's.
 OWN_VALUES = ("--name", "--env-file")
 # docker run flags that take a value; anything else starting with '-' stands alone.
-VALUED = {"--name", "--env-file", "--ipc", "--device", "--mount", "--volume", "--publish", "-e", "--user"}
+VALUED = {
+    "--name",
+    "--env-file",
+    "--ipc",
+    "--device",
+    "--mount",
+    "--volume",
+    "--publish",
+    "-e",
+    "--user",
+    "--security-opt",
+}
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +107,18 @@ def options_from_flags(flags):
 
 
 def recorded_argv(case):
-    return [arg.replace("<VOLUME_ROOT>", VOLUME_ROOT).replace("<CHECKOUT>", "/opt/tts") for arg in case["argv"]]
+    """run.py's argv with our one addition to it, no-new-privileges, after --ipc host."""
+    argv = [arg.replace("<VOLUME_ROOT>", VOLUME_ROOT).replace("<CHECKOUT>", "/opt/tts") for arg in case["argv"]]
+    at = argv.index("--ipc") + 2
+    return argv[:at] + list(container_utils.HARDENING) + argv[at:]
+
+
+def test_every_container_gets_no_new_privileges(v20):
+    for case in RECORDED:
+        argv = command(v20, case["model"], case["tt_device"], volume_root=VOLUME_ROOT)["argv"]
+        image_at = argv.index(parse_argv(argv)[1])
+        assert options_of(argv)[("--security-opt", "no-new-privileges")] == 1
+        assert argv.index("--security-opt") < image_at
 
 
 def command(catalog, model, device, **kwargs):

@@ -13,10 +13,12 @@ import base64
 import contextlib
 import hashlib
 import http.server
+import io
 import json
 import os
 import socket
 import socketserver
+import tarfile
 import threading
 from typing import ClassVar
 
@@ -502,17 +504,35 @@ def test_no_engine_is_named(tmp_path):
         images.Engine(str(tmp_path / "dead.sock")).inspect("x")
 
 
+def save_tar(path, tags, config=CONFIG, extra=()):
+    """A ``docker save`` archive (legacy layout: manifest.json, the config, one layer) of one image; returns its ID."""
+    image_id = _digest(config)
+    members = {f"{image_id[7:]}.json": config, "aaa/layer.tar": LAYER}
+    manifest = [{"Config": f"{image_id[7:]}.json", "RepoTags": list(tags), "Layers": ["aaa/layer.tar"]}, *extra]
+    members["manifest.json"] = json.dumps(manifest).encode()
+    with tarfile.open(path, "w") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return image_id
+
+
 def test_check_mode_on_a_host_without_its_engine_yet_counts_every_image_to_fetch(tmp_path):
     # A bare host under --check: tt_host would install the engine in the same run, so the plan is "fetch it all".
     from ansible_collections.ttfleet.inference.plugins.modules import container_image
 
     archive = tmp_path / "x.tar"
-    archive.write_bytes(b"t" * 1000)
-    params = {"images": [{"image": "reg.example:5000/tt/x:1.0", "archive": str(archive)}], "pull": True}
+    image_id = save_tar(archive, ["reg.example:5000/tt/x:1.0"])
+    item = {"image": "reg.example:5000/tt/x:1.0", "archive": str(archive), "archive_sha256": image_id}
+    params = {"images": [item], "pull": True}
     warnings = []
     engine = images.Engine(str(tmp_path / "none.sock"))
     plan = container_image._plan(params, engine, True, warnings.append)
-    assert [(e["source"], e["size"], e["record"]) for e in plan] == [("archive", 1000, None)]
+    size = archive.stat().st_size
+    assert [(e["source"], e["size"], e["record"], e["expected_id"]) for e in plan] == [
+        ("archive", size, None, image_id)
+    ]
     assert len(warnings) == 1 and "no Docker engine answers" in warnings[0] and "check mode" in warnings[0]
     # A real run still fails with the fix named.
     with pytest.raises(images.EngineAbsent, match="install and start it"):
@@ -525,3 +545,108 @@ def test_repo_digest_is_the_one_of_the_repository():
     assert images.repo_digest(record, ref) == "sha256:" + "2" * 64
     assert images.repo_digest({"RepoDigests": []}, ref) is None
     assert images.repo_digest(None, ref) is None
+
+
+# --- image archives: root's trees or a pin -------------------------------------------------------------------------
+
+REF = images.parse_reference("reg.example:5000/tt/x:1.0")
+
+
+def test_an_archive_in_a_tree_others_can_write_names_each_level(tmp_path):
+    archive = tmp_path / "x.tar"
+    archive.write_bytes(b"t")
+    os.chmod(tmp_path, 0o777)
+    with open(archive, "rb") as handle:
+        found = images.archive_writers(handle.fileno())
+    assert f"{tmp_path} (owner {'root' if os.geteuid() == 0 else f'uid {os.geteuid()}'}, mode 0777" in "; ".join(found)
+
+
+def test_a_root_file_in_roots_tree_has_no_writers():
+    st = os.stat("/etc/passwd")
+    if st.st_uid != 0 or st.st_mode & 0o022 or os.stat("/etc").st_mode & 0o022:
+        pytest.skip("/etc/passwd is not root's alone here")
+    with open("/etc/passwd", "rb") as handle:
+        assert images.archive_writers(handle.fileno()) == []
+
+
+def test_an_archive_pinned_by_its_image_id_or_its_own_sha256_passes(tmp_path):
+    archive = tmp_path / "x.tar"
+    image_id = save_tar(archive, [str(REF)])
+    with open(archive, "rb") as handle:
+        assert images.check_archive_pin(handle, image_id, REF, str(archive), "pin") == image_id
+        whole = _digest(archive.read_bytes())
+        assert images.check_archive_pin(handle, whole, REF, str(archive), "pin") == image_id
+        assert handle.tell() == 0
+
+
+def test_a_swapped_archive_names_both_digests_and_the_pin(tmp_path):
+    archive = tmp_path / "x.tar"
+    pin = save_tar(archive, [str(REF)])
+    save_tar(archive, [str(REF)], config=CONFIG.replace(b"amd64", b"arm64"))
+    with open(archive, "rb") as handle, pytest.raises(images.ImageError) as caught:
+        images.check_archive_pin(handle, pin, REF, str(archive), "archive_sha256")
+    message = str(caught.value)
+    assert f"the archive {archive} of {REF} is not the pinned one (archive_sha256 {pin})" in message
+    assert _digest(archive.read_bytes()) in message and _digest(CONFIG.replace(b"amd64", b"arm64")) in message
+
+
+def test_an_image_id_pin_does_not_cover_other_tags_in_the_archive(tmp_path):
+    archive = tmp_path / "x.tar"
+    image_id = save_tar(archive, [str(REF), "ghcr.io/tenstorrent/other:1"])
+    with (
+        open(archive, "rb") as handle,
+        pytest.raises(images.ImageError, match="also holds ghcr.io/tenstorrent/other:1"),
+    ):
+        images.check_archive_pin(handle, image_id, REF, str(archive), "pin")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("a" * 64, "sha256:" + "a" * 64), ("sha256:" + "B" * 64, "sha256:" + "b" * 64), ("sha256:abc", None), (3, None)],
+)
+def test_pins_take_hex_with_or_without_the_prefix(text, expected):
+    if expected is None:
+        with pytest.raises(images.ImageError, match="is not a sha256"):
+            images.check_pin(text, "archive_sha256")
+    else:
+        assert images.check_pin(text, "archive_sha256") == expected
+
+
+# --- credentials per registry ---------------------------------------------------------------------------------------
+
+
+def test_logins_are_one_per_registry():
+    logins = images.check_logins(
+        [
+            {"registry": "reg-a.example:5000", "username": "a", "password": "pa"},
+            {"registry": "index.docker.io", "username": "hub", "password": "ph", "ca_cert": None},
+        ]
+    )
+    assert logins["reg-a.example:5000"].auth == ("a", "pa")
+    assert logins["docker.io"].auth == ("hub", "ph")
+    assert "pa" not in repr(logins)
+    with pytest.raises(images.ImageError, match=r"registry_credentials\[1\] and registry_credentials\[0\] both name"):
+        images.check_logins([{"registry": "r.example", "username": "a", "password": "x"}] * 2)
+    with pytest.raises(images.ImageError, match="without a scheme or a path"):
+        images.check_logins([{"registry": "https://r.example", "username": "a", "password": "x"}])
+
+
+def test_image_mirror_binds_the_old_options_to_one_registry():
+    from ansible_collections.ttfleet.inference.plugins.modules import image_mirror
+
+    params = {
+        "registry_credentials": [],
+        "source_registry": None,
+        "source_username": "fleet",
+        "source_password": "pw",
+        "target_username": None,
+        "target_password": None,
+    }
+    with pytest.raises(images.ImageError, match="never sent to every origin: give both with source_registry"):
+        image_mirror.logins_of(params, {"site.example:5000"})
+    params["source_registry"] = "ghcr.io"
+    assert set(image_mirror.logins_of(params, {"site.example:5000"})) == {"ghcr.io"}
+    params.update(target_username="push", target_password="pp")
+    with pytest.raises(images.ImageError, match="the targets name a.example:5000, b.example:5000"):
+        image_mirror.logins_of(params, {"a.example:5000", "b.example:5000"})
+    assert image_mirror.logins_of(params, {"a.example:5000"})["a.example:5000"].auth == ("push", "pp")
