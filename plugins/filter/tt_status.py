@@ -6,15 +6,23 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._status import status_lines
+from ansible_collections.ttfleet.inference.plugins.module_utils._status import status_lines, status_summary
+
+
+def _rows(rows, name):
+    if not isinstance(rows, list):
+        raise AnsibleFilterError(f"{name} expects the list of report rows, not {type(rows).__name__}")
+    return rows
 
 
 def tt_status_lines(rows):
-    if not isinstance(rows, list):
-        raise AnsibleFilterError(f"tt_status_lines expects the list of report rows, not {type(rows).__name__}")
-    return status_lines(rows)
+    return status_lines(_rows(rows, "tt_status_lines"))
+
+
+def tt_status_summary(rows):
+    return status_summary(_rows(rows, "tt_status_summary"))
 
 
 class FilterModule:
     def filters(self):
-        return {"tt_status_lines": tt_status_lines}
+        return {"tt_status_lines": tt_status_lines, "tt_status_summary": tt_status_summary}

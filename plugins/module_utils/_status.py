@@ -297,6 +297,42 @@ def _mapping(value: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _items(value: object) -> list[Any]:
+    if isinstance(value, list):
+        return value
+    return [] if value is None or value == "" else [value]
+
+
+def status_summary(rows: Iterable[Any] | None) -> JSON:
+    """The counts and names of the fleet report: the set_stats summary (without its time and report directory) and
+    what the play's final failure message lists.
+
+    Every name and release a host gave is a ``_cell`` of its own, as in the table: an instance name such as
+    ``\x1b]0;t\x07`` reaches the operator's terminal (the failure message, the custom stats) and AWX as escapes.
+    """
+    rows = [_mapping(row) for row in rows or []]
+    reachable = [row for row in rows if row.get("reachable")]
+    instances = [_mapping(item) for row in rows for item in _items(row.get("instances"))]
+    releases: dict[str, int] = {}
+    for row in reachable:
+        key = _cell(row.get("release") or "none")
+        releases[key] = releases.get(key, 0) + 1
+    unreachable = [_cell(row.get("host")) for row in rows if not row.get("reachable")]
+    unhealthy = [
+        f"{_cell(row.get('host'))}/{_cell(name)}" for row in reachable for name in _items(row.get("unhealthy"))
+    ]
+    return {
+        "healthy": not unreachable and not unhealthy,
+        "hosts": len(rows),
+        "reachable": len(reachable),
+        "unreachable": unreachable,
+        "unhealthy": unhealthy,
+        "instances": len(instances),
+        "healthy_instances": sum(1 for item in instances if item.get("healthy")),
+        "releases": releases,
+    }
+
+
 def _base(path: object) -> str:
     if not isinstance(path, str):
         return "" if path is None else str(path)

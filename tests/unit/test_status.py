@@ -230,3 +230,56 @@ def test_status_lines_show_the_image_and_its_digest():
     assert _status.status_lines([row])[1].split()[-1] == "vllm-x:0.20.0-b2"
     item["image"] = "evil\x1b]0;x\x07/y:1"
     assert "\x1b" not in _status.status_lines([row])[1]
+
+
+def test_status_summary_counts_the_rows():
+    rows = [
+        {
+            "host": "qb2",
+            "reachable": True,
+            "release": "v0.20.0",
+            "instances": [{"instance": "a", "healthy": True}, {"instance": "b", "healthy": False}],
+            "unhealthy": ["b"],
+        },
+        {"host": "n150-1", "reachable": True, "release": None, "instances": [], "unhealthy": []},
+        {"host": "n150-2", "reachable": True, "release": "v0.20.0", "instances": [], "unhealthy": []},
+        {"host": "gone", "reachable": False, "instances": [], "unhealthy": []},
+    ]
+    assert _status.status_summary(rows) == {
+        "healthy": False,
+        "hosts": 4,
+        "reachable": 3,
+        "unreachable": ["gone"],
+        "unhealthy": ["qb2/b"],
+        "instances": 2,
+        "healthy_instances": 1,
+        "releases": {"v0.20.0": 2, "none": 1},
+    }
+    assert _status.status_summary([rows[1]])["healthy"] is True
+    assert _status.status_summary([])["healthy"] is True
+
+
+def test_status_summary_escapes_every_name_a_host_gave():
+    hostile = "\x1b]0;pwned\x07\x1b[2J\r\nfatal: forged\u202e\x9b[31m"
+    rows = [
+        {
+            "host": "qb2",
+            "reachable": True,
+            "release": "v" + hostile,
+            "instances": [{"instance": hostile, "healthy": False}, "not a mapping"],
+            "unhealthy": [hostile],
+        },
+        {"host": "h" + hostile, "reachable": False},
+        # A host that answers with other types: a name instead of a list, a row that is not a mapping.
+        {"host": "odd", "reachable": True, "release": 7, "instances": {"x": 1}, "unhealthy": hostile},
+        "not a row",
+    ]
+    summary = _status.status_summary(rows)
+    escaped = "\\x1b]0;pwned\\x07\\x1b[2J\\r\\nfatal: forged\\u202e\\x9b[31m"
+    assert summary["unhealthy"] == [f"qb2/{escaped}", f"odd/{escaped}"]
+    assert summary["unreachable"] == [f"h{escaped}", "-"]
+    assert summary["releases"] == {f"v{escaped}": 1, "7": 1}
+    assert (summary["hosts"], summary["reachable"], summary["instances"]) == (4, 2, 3)
+    text = json.dumps(summary, ensure_ascii=False)
+    for char in ("\x1b", "\x07", "\r", "\n", "\u202e", "\x9b"):
+        assert char not in text, repr(char)
