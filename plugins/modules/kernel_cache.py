@@ -111,8 +111,8 @@ options:
         (C(Range)), once its C(kernels.tar.zst.sha256) names the same archive; the archive is verified whole. When
         it does not match its manifest, the deploy starts over in a fresh staging directory from the stores not asked
         yet. Nothing is put in place until an archive is verified.
-      - A failure after such a splice does not blame the store that sent the rest: it is asked again for the whole
-        archive from byte 0 first. When that archive verifies, each part of the failed splice is compared with the
+      - A failure after such a splice does not blame the store that sent the rest, which is asked again for the
+        whole archive from byte 0 first. When that archive verifies, each part of the failed splice is compared with the
         same bytes of it, and the store whose bytes differed is the one named in RV(store_failures).
       - The fleet fan-out of role model_cache passes the other holders of the round here.
     type: list
@@ -125,7 +125,8 @@ options:
         O(store_fallback_urls), whose C(manifest.json) or C(kernels.tar.zst.sha256) names another archive is
         refused, naming it, before its archive is read; the archive is then verified against this sha256 whole.
       - Without it, the store's own manifest is the only anchor, which a store or the network path to it can rewrite
-        together with the archive. Set it whenever the store is not the origin itself (a fleet peer, a mirror).
+        together with the archive. Set it whenever the store is not the origin itself (a fleet peer, a mirror); a
+        deploy from an V(http) store without it warns.
       - Must be 64 lowercase hex digits; an empty value is refused, never read as unset.
     type: str
   keep_store_path:
@@ -498,6 +499,12 @@ def main():
     result.setdefault("hashed", False)
     if result.get("missing"):
         module.warn(result["reason"])
+    if params["store"] == "http" and params["expected_sha256"] is None and result["action"] == "deployed":
+        module.warn(
+            f"the deploy of the kernel cache of {params['model_name']} from {result['store']} trusts that store's own "
+            "manifest, which it (or the network path to it) can rewrite with the archive; set expected_sha256 to the "
+            "sha256 of the origin's manifest"
+        )
     if module._diff:
         result["diff"] = _diff(params, result)
     module.exit_json(**result)

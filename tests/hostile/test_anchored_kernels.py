@@ -3,7 +3,7 @@ at the origin (kernel_cache ``expected_sha256``, carried by the plan), never by 
 a spliced archive that fails blames the holder whose bytes were wrong, never the honest one that sent the rest.
 
 Holders are hostile servers on 127.0.0.1 with the layout of a kernel peer's spool, serving real entries harvested
-from real caches (test_kernel_store's ``entry`` and a second, different cache of the same key)."""
+from real caches (test_kernel_store.harvest_entry): the origin's, and a second, different cache of the same key."""
 
 from __future__ import annotations
 
@@ -16,9 +16,8 @@ import pytest
 from conftest import as_json, http_head, run_bounded, send
 from test_kernel_store import (  # the real store entry and the holder scripts of the kernel-store suite
     KEY,
-    OLD,
     TOKEN,
-    entry,  # noqa: F401 (a fixture)
+    harvest_entry,
     http_store,
     module_args,
     module_code,
@@ -31,33 +30,26 @@ from test_kernel_store import (  # the real store entry and the holder scripts o
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import (
     ARCHIVE_NAME,
     MANIFEST_NAME,
-    SHA_NAME,
     KernelError,
 )
-from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.operations import deploy_from_any, harvest
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.operations import deploy_from_any
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.stores import PathStore
 
 pytestmark = pytest.mark.skipif(shutil.which("zstd") is None, reason="needs the zstd program")
 
 
 @pytest.fixture(scope="module")
+def entry(tmp_path_factory):
+    """The origin's entry: a real cache harvested into a real store."""
+    files = {"kernels/a/brisc.elf": os.urandom(4096), "tensor_cache/w.tensorbin": os.urandom(70000)}
+    return harvest_entry(tmp_path_factory.mktemp("entry"), files)
+
+
+@pytest.fixture(scope="module")
 def forged(tmp_path_factory):
     """Another archive of the same key, harvested from other files: manifest, sha256 file and archive all agree."""
-    base = tmp_path_factory.mktemp("forged")
-    root = base / "src" / "tt_metal_cache" / f"cache_{KEY['model_name']}" / KEY["mesh"]
-    path = root / "kernels" / "a" / "brisc.elf"
-    path.parent.mkdir(parents=True)
-    path.write_bytes(b"\x7fELF planted by the holder" + os.urandom(4096))
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            os.utime(os.path.join(dirpath, name), (OLD, OLD))
-    os.utime(root, (OLD, OLD))
-    store = PathStore(str(base / "store"))
-    harvest(opts(base / "src", warmed=True, quiet_seconds=0), store)
-    where = store.entry_dir(KEY)
-    files = {name: pathlib.Path(where, name).read_bytes() for name in (MANIFEST_NAME, SHA_NAME, ARCHIVE_NAME)}
-    files["manifest"] = json.loads(files[MANIFEST_NAME])
-    return files
+    files = {"kernels/a/brisc.elf": b"\x7fELF planted by the holder" + os.urandom(4096)}
+    return harvest_entry(tmp_path_factory.mktemp("forged"), files)
 
 
 def whole(data):
@@ -115,7 +107,8 @@ def test_a_lone_holder_with_another_archive_deploys_and_keeps_nothing(hostile, t
         deploy_from_any(
             opts(tmp_path / "volume", keep_store_path=kept.root, expected_sha256=pinned), [http_store(liar)]
         )
-    assert f"{shown(liar)}: its {MANIFEST_NAME} names the archive sha256 {forged['manifest']['sha256']}" in str(err.value)
+    named = f"{shown(liar)}: its {MANIFEST_NAME} names the archive sha256 {forged['manifest']['sha256']}"
+    assert named in str(err.value)
     nothing_in_place(tmp_path / "volume")
     assert not os.path.exists(kept.entry_dir(KEY)) or os.listdir(kept.entry_dir(KEY)) == []
 
@@ -154,9 +147,7 @@ def tampered(good):
 
 @pytest.mark.broke29(2)
 @pytest.mark.parametrize("pinned", [True, False], ids=["pinned", "unpinned"])
-def test_a_holder_that_sends_wrong_bytes_and_dies_is_named_and_the_honest_one_serves(
-    hostile, tmp_path, entry, pinned
-):
+def test_a_holder_that_sends_wrong_bytes_and_dies_is_named_and_the_honest_one_serves(hostile, tmp_path, entry, pinned):
     good = entry[ARCHIVE_NAME]
     cut = len(good) // 2
     asked = []

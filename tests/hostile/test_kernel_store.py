@@ -51,15 +51,13 @@ def opts(volume, **extra):
     return base
 
 
-@pytest.fixture(scope="module")
-def entry(tmp_path_factory):
-    """A real store entry (manifest, sha, archive) harvested from a real cache."""
-    base = tmp_path_factory.mktemp("entry")
+def harvest_entry(base, files):
+    """A real store entry (manifest, sha, archive) harvested under ``base`` from a cache of ``files`` (name: bytes)."""
     root = base / "src" / "tt_metal_cache" / f"cache_{KEY['model_name']}" / KEY["mesh"]
-    for rel, size in {"kernels/a/brisc.elf": 4096, "tensor_cache/w.tensorbin": 70000}.items():
+    for rel, data in files.items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(os.urandom(size))
+        path.write_bytes(data)
     for dirpath, dirnames, filenames in os.walk(root):
         for name in dirnames + filenames:
             os.utime(os.path.join(dirpath, name), (OLD, OLD))
@@ -67,9 +65,16 @@ def entry(tmp_path_factory):
     store = PathStore(str(base / "store"))
     harvest(opts(base / "src", warmed=True, quiet_seconds=0), store)
     where = store.entry_dir(KEY)
-    files = {name: pathlib.Path(where, name).read_bytes() for name in (MANIFEST_NAME, SHA_NAME, ARCHIVE_NAME)}
-    files["manifest"] = json.loads(files[MANIFEST_NAME])
-    return files
+    entry = {name: pathlib.Path(where, name).read_bytes() for name in (MANIFEST_NAME, SHA_NAME, ARCHIVE_NAME)}
+    entry["manifest"] = json.loads(entry[MANIFEST_NAME])
+    return entry
+
+
+@pytest.fixture(scope="module")
+def entry(tmp_path_factory):
+    """A real store entry (manifest, sha, archive) harvested from a real cache."""
+    files = {"kernels/a/brisc.elf": os.urandom(4096), "tensor_cache/w.tensorbin": os.urandom(70000)}
+    return harvest_entry(tmp_path_factory.mktemp("entry"), files)
 
 
 def store_script(entry, archive):
