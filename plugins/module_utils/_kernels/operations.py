@@ -641,11 +641,9 @@ def _archive_text(store: Store, key: Key) -> str:
 
 def _mismatch_fix(store: Store) -> str:
     if isinstance(store, HolderChain):
-        # A holder's entry is never the one to remove on the word of a spliced stream: see deploy_from_any.
-        return (
-            "Another holder is asked; a holder named here sent those bytes: check its kernel spool and the network "
-            "path to it"
-        )
+        # No holder's entry is named for removal on the word of a spliced stream: deploy_from_any asks the last
+        # holder for the whole archive and names the one whose bytes differed.
+        return "Check the kernel spool of the holder that sent it and the network path to it"
     return "Remove the store entry and harvest again"
 
 
