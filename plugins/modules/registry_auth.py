@@ -180,7 +180,9 @@ def main():
                 if after is not None:
                     auths[registry] = {"auth": encode_auth(*after)}
                 if changed_auth:
-                    write_atomic(dirfd, name, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode(), 0o600, (0, 0))
+                    write_atomic(
+                        dirfd, name, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode(), 0o600, (0, 0)
+                    )
             finally:
                 os.close(dirfd)
         if not module.check_mode and changed_ca:

@@ -595,7 +595,7 @@ def test_an_image_id_pin_does_not_cover_other_tags_in_the_archive(tmp_path):
     image_id = save_tar(archive, [str(REF), "ghcr.io/tenstorrent/other:1"])
     with (
         open(archive, "rb") as handle,
-        pytest.raises(images.ImageError, match="also holds ghcr.io/tenstorrent/other:1"),
+        pytest.raises(images.ImageError, match=r"also holds ghcr\.io/tenstorrent/other:1"),
     ):
         images.check_archive_pin(handle, image_id, REF, str(archive), "pin")
 
@@ -647,6 +647,6 @@ def test_image_mirror_binds_the_old_options_to_one_registry():
     params["source_registry"] = "ghcr.io"
     assert set(image_mirror.logins_of(params, {"site.example:5000"})) == {"ghcr.io"}
     params.update(target_username="push", target_password="pp")
-    with pytest.raises(images.ImageError, match="the targets name a.example:5000, b.example:5000"):
+    with pytest.raises(images.ImageError, match=r"the targets name a\.example:5000, b\.example:5000"):
         image_mirror.logins_of(params, {"a.example:5000", "b.example:5000"})
     assert image_mirror.logins_of(params, {"a.example:5000"})["a.example:5000"].auth == ("push", "pp")
