@@ -87,7 +87,7 @@ options:
     type: str
   target_username:
     description:
-      - Deprecated, use O(registry_credentials). Username with push rights at the site registry: the registry of
+      - Deprecated, use O(registry_credentials). Username with push rights at the site registry, the registry of
         every O(images[].target), which must then be one registry.
     type: str
   target_password:
