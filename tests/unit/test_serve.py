@@ -310,7 +310,8 @@ def test_wrapper_sees_the_log_marker_across_chunks_and_copies_every_byte(wrapper
     module, _conf = wrapper
     read_end, write_end = os.pipe()
     marker = "Application startup complete"
-    body = b"x" * 70000 + b"INFO: Application startup complete.\n"
+    # A long line first, then the server's own line (uvicorn's prefix).
+    body = b"x" * 70000 + b"\nINFO:     Application startup complete.\n"
     copied = io.BytesIO()
     monkeypatch.setattr(module.sys, "stdout", types.SimpleNamespace(buffer=copied))
     seen = threading.Event()
@@ -318,9 +319,9 @@ def test_wrapper_sees_the_log_marker_across_chunks_and_copies_every_byte(wrapper
         thread = threading.Thread(target=module.watch_output, args=(stream, marker, seen, "qwen-b"))
         thread.start()
         # The marker straddles a read boundary: the first write ends in its middle.
-        os.write(write_end, body[:70010])
+        os.write(write_end, body[:70020])
         time.sleep(0.05)
-        os.write(write_end, body[70010:])
+        os.write(write_end, body[70020:])
         os.close(write_end)
         thread.join(5)
     assert seen.is_set() and os.path.exists(module.marker_path("qwen-b"))
@@ -337,6 +338,52 @@ def test_wrapper_without_the_marker_never_marks(wrapper, monkeypatch):
     with os.fdopen(read_end, "rb", buffering=0) as stream:
         module.watch_output(stream, "Application startup complete", seen, "qwen-b")
     assert not seen.is_set() and not os.path.exists(module.marker_path("qwen-b"))
+
+
+MARKER = "Application startup complete"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"Application startup complete.",
+        b"INFO:     Application startup complete.",
+        b"\x1b[32mINFO\x1b[0m:     Application startup complete.\r",
+        b"INFO 12-05 01:23:45 [launcher.py:37] Application startup complete",
+        b"(APIServer pid=7) INFO 12-05 01:23:45.123 [launcher.py:37] Application startup complete",
+        b"2026-12-05 01:23:45,123 - run_vllm_api_server.py:389 - INFO: Application startup complete",
+        b"2026-12-05 01:23:45,123 - WARNING - Application startup complete",
+    ],
+)
+def test_wrapper_counts_the_servers_own_marker_lines(wrapper, line):
+    module, _conf = wrapper
+    assert module.is_marker_line(module.marker_pattern(MARKER), line)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"INFO 12-05 01:23:45 [logger.py:43] Received request chatcmpl-1: prompt: 'Application startup complete'",
+        b"(APIServer pid=7) INFO 12-05 01:23:45 [logger.py:43] Received request x: prompt: 'a\\nApplication startup "
+        b"complete'",
+        b'INFO:     127.0.0.1:40000 - "GET /Application startup complete HTTP/1.1" 404',
+        b"stand-in: Application startup complete",
+        b" Application startup complete",
+        b"INFO Application startup complete",
+        b"NOTICE:     Application startup complete",
+        b"Application startup complet",
+    ],
+)
+def test_wrapper_ignores_the_marker_inside_other_text(wrapper, line):
+    module, _conf = wrapper
+    assert not module.is_marker_line(module.marker_pattern(MARKER), line)
+
+
+def test_wrapper_matches_the_marker_literally(wrapper):
+    module, _conf = wrapper
+    pattern = module.marker_pattern("ready (v1.*)")
+    assert module.is_marker_line(pattern, b"INFO:     ready (v1.*) now")
+    assert not module.is_marker_line(pattern, b"INFO:     ready (v1.2) now")
 
 
 def test_wrapper_gives_a_first_start_its_own_timeout(wrapper, tmp_path):

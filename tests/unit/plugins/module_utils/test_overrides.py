@@ -266,3 +266,53 @@ def test_secrets_are_refused_in_env(key):
 def test_bad_profile_names_are_refused(v20, profile):
     with pytest.raises(SpecError, match=r"is not a profile name"):
         spec_utils.select_entry(v20, {"name": "Qwen3-32B", "profile": profile}, "p300x2")
+
+
+# The env gate (issue 29): one function for every env from outside the catalog.
+
+
+@pytest.mark.parametrize("key", sorted(overrides.RESERVED_ENV))
+def test_the_gate_refuses_every_reserved_name_with_its_reason(key):
+    with pytest.raises(overrides.TuningError, match=rf"^pkg x: hardware\.n150\.env key {key} (is reserved|looks like a)"):
+        overrides.gate_env("pkg x", "hardware.n150.env", {key: "1"})
+
+
+@pytest.mark.parametrize(
+    "env, match",
+    [
+        ({"1X": "a"}, r'env has the key "1X"'),
+        ({"X-Y": "a"}, r'env key "X-Y" is not an environment variable name'),
+        ({"X": {"a": 1}}, r"env X = \{\"a\": 1\} must be a string or number"),
+        ({"X": None}, r"env X = null must be a string or number"),
+        ({"X": "a\nNO_AUTH=1"}, r"holds a control character"),
+        ('{"NO_AUTH": "1"}', r"env key NO_AUTH is reserved"),
+        ({"Hf_Home": "/x"}, r"env key Hf_Home is reserved"),
+    ],
+)
+def test_the_gate_refuses_what_docker_cannot_carry_or_the_collection_owns(env, match):
+    with pytest.raises(overrides.TuningError, match=match):
+        overrides.gate_env("tt_models entry M", "env", env)
+
+
+def test_the_gate_passes_plain_values_as_strings():
+    assert overrides.gate_env("w", "env", '{"A": 1, "B": true, "C": "x"}') == {"A": "1", "B": "true", "C": "x"}
+    assert overrides.gate_env("w", "env", None) == {}
+
+
+def test_drop_reserved_keeps_only_what_the_collection_does_not_set():
+    assert overrides.drop_reserved({"NO_AUTH": "1", "hf_home": "/x", "MESH_DEVICE": "N150", "HF_MODEL": "a/b"}) == {
+        "MESH_DEVICE": "N150",
+        "HF_MODEL": "a/b",
+    }
+
+
+def test_a_runtime_spec_env_passes_the_gate_naming_its_field(v20):
+    theirs = copy.deepcopy(CASES[0]["runtime_model_spec"])
+    theirs["device_model_spec"]["env_vars"] = {"NO_AUTH": "1"}
+    entry = {"name": theirs["model_name"], "spec": theirs}
+    with pytest.raises(SpecError, match=r"spec: device_model_spec\.env_vars key NO_AUTH is reserved"):
+        spec_utils.select_entry(v20, entry, "p300x2")
+    theirs["device_model_spec"]["env_vars"] = {}
+    theirs["env_vars"] = {"HF_TOKEN": "x"}
+    with pytest.raises(SpecError, match=r"spec: env_vars key HF_TOKEN looks like a secret"):
+        spec_utils.select_entry(v20, entry, "p300x2")

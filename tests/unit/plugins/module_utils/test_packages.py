@@ -198,3 +198,130 @@ def test_preflight_without_declared_boards_keeps_the_device_rule(v20, tmp_path):
     levels["device_type"] = "fail"
     result = preflight.evaluate(facts_with(["p150", "p150"]), found, levels, host="h", declared_device="p150x2")
     assert "make no known device" in result["failures"][0]["msg"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The env gate and readiness (issue 29): every env source, the collection's values last, typed readiness fields
+
+
+def with_package(mutate):
+    packages = copy.deepcopy(PACKAGES)
+    mutate(packages[NAME])
+    return packages
+
+
+@pytest.mark.parametrize(
+    "key, reason",
+    [
+        ("NO_AUTH", r"is reserved: it sets or switches off the server's authentication"),
+        ("TT_CACHE_PATH", r"is reserved: it points the server at another cache"),
+        ("CACHE_ROOT", r"is reserved: it points the server at another cache"),
+        ("HF_HOME", r"is reserved: it points the server at another cache"),
+        ("MODEL_WEIGHTS_DIR", r"is reserved: it points the server at other weights"),
+        ("RUNTIME_MODEL_SPEC_JSON_PATH", r"is reserved: it points the server at another model spec"),
+        ("no_auth", r"is reserved"),
+        ("HF_TOKEN", r"looks like a secret"),
+        ("VLLM_API_KEY", r"looks like a secret"),
+        ("JWT_SECRET", r"looks like a secret"),
+        ("AUTHORIZATION", r"looks like a secret"),
+    ],
+)
+def test_the_package_hardware_env_passes_the_gate_naming_package_key_and_reason(key, reason):
+    packages = with_package(lambda package: package["hardware"]["p150x2"].update(env={key: "x"}))
+    with pytest.raises(ProfileError, match=rf"^tt_model_packages\.{NAME}: hardware\.p150x2\.env key {key} {reason}"):
+        expand(entry(), packages=packages)
+
+
+def test_a_package_profile_env_passes_the_gate_naming_the_profile():
+    packages = with_package(lambda package: package["hardware"]["p150x2"]["profiles"]["p1d1"]["env"].update(NO_AUTH=1))
+    with pytest.raises(ProfileError, match=r"tt_models entry Qwen/Qwen3.8-27B: profile p1d1: env key NO_AUTH is reserved"):
+        expand(entry(profile="p1d1"), packages=packages)
+
+
+@pytest.mark.parametrize("key", ["NO_AUTH", "TT_CACHE_PATH", "HF_TOKEN"])
+def test_an_entry_and_a_serve_profile_env_pass_the_same_gate(v20, key):
+    with pytest.raises(ProfileError, match=rf"tt_models entry Qwen/Qwen3.8-27B: env key {key} "):
+        expand(entry(env={key: "1"}))
+    profiles = {"Qwen3-32B": {"p300x2": {"open": {"env": {key: "1"}}}}}
+    with pytest.raises(ProfileError, match=rf"profile open: env key {key} "):
+        expand({"name": "Qwen/Qwen3-32B", "profile": "open"}, device="p300x2", packages={}, profiles=profiles)
+
+
+def test_a_plain_package_env_reaches_the_spec():
+    packages = with_package(lambda package: package["hardware"]["p150x2"].update(env={"TT_PD_CONNS": 2}))
+    (item,) = expand(entry(), packages=packages)
+    assert item["spec"]["device_model_spec"]["env_vars"]["TT_PD_CONNS"] == "2"
+
+
+def media_package():
+    return {
+        "acme": {
+            "model": "acme/Acme-8B",
+            "image": "ghcr.io/acme/acme-8b:1.0.0",
+            "version": "1.0.0",
+            "engine": "media",
+            "hardware": {"n150": {"max_context": 8192, "max_concurrency": 4}},
+        }
+    }
+
+
+def test_the_collections_values_win_over_a_spec_env_that_slipped_through(v20):
+    # A spec env that reached container_command without the gate (an upstream catalog spec, say): the reserved
+    # names are dropped, and the collection's values are the ones the container gets.
+    (item,) = expand({"name": "acme/Acme-8B", "package": "acme"}, device="n150", packages=media_package())
+    spec, catalog = spec_utils.select_entry(v20, item, "n150", image=False)
+    spec["env_vars"] = {**spec["env_vars"], "NO_AUTH": "1", "TT_CACHE_PATH": "/tmp/x", "HF_HOME": "/tmp/h", "K": "v"}
+    argv = container_utils.container_command(spec, catalog, volume_root="/srv/tt", no_auth=False)["argv"]
+    assert "K=v" in argv and "NO_AUTH=1" not in argv and "TT_CACHE_PATH=/tmp/x" not in argv, argv
+    assert "HF_HOME=/home/container_app_user/cache_root/huggingface" in argv, argv
+    assert "TT_CACHE_PATH=/home/container_app_user/cache_root/tt_metal_cache/cache_Acme-8B/N150" in argv, argv
+    argv = container_utils.container_command(spec, catalog, volume_root="/srv/tt", no_auth=True)["argv"]
+    assert "NO_AUTH=1" in argv
+
+
+def test_the_runtime_spec_a_vllm_container_reads_carries_no_reserved_env(v20):
+    (item,) = expand(entry())
+    spec, catalog = spec_utils.select_entry(v20, item, "p150x2", image=False)
+    spec["env_vars"] = {**spec["env_vars"], "VLLM_API_KEY": "k", "TT_CACHE_PATH": "/tmp/x"}
+    spec["device_model_spec"]["env_vars"] = {**spec["device_model_spec"]["env_vars"], "MODEL_WEIGHTS_DIR": "/tmp/w"}
+    result = container_utils.container_command(
+        spec, catalog, volume_root="/srv/tt", runtime_spec_file="/etc/ttfleet/serve/q.model_spec.json"
+    )
+    runtime = result["runtime_model_spec"]["runtime_model_spec"]
+    for env in (runtime["env_vars"], runtime["device_model_spec"]["env_vars"]):
+        assert not {"VLLM_API_KEY", "TT_CACHE_PATH", "MODEL_WEIGHTS_DIR"} & set(env), env
+    assert runtime["env_vars"]["MESH_DEVICE"] == "P150x2"
+
+
+@pytest.mark.parametrize(
+    "readiness, match",
+    [
+        ({"log_marker": ""}, r"log_marker '' must be a non-empty string"),
+        ({"log_marker": 5}, r"log_marker 5 must be a non-empty string"),
+        ({"log_marker": ["ready"]}, r"log_marker \['ready'\] must be a non-empty string"),
+        ({"log_marker": "ready\nINFO: x"}, r"log_marker 'ready\\nINFO: x' must be one line"),
+        ({"log_marker": "ready\x1b[2J"}, r"log_marker 'ready\\x1b\[2J' must be one line .* without control characters"),
+        ({"log_marker": " ready"}, r"log_marker ' ready' must .* surrounding spaces"),
+        ({"log_marker": "r" * 201}, r"log_marker 'r+' must be one line of at most 200 characters"),
+        ({"start_timeout": 0}, r"start_timeout 0 must be a positive whole number of seconds"),
+        ({"start_timeout": "300"}, r"start_timeout '300' must be a positive whole number"),
+        ({"first_start_timeout": True}, r"first_start_timeout True must be a positive whole number"),
+        ({"first_start_timeout": 1.5}, r"first_start_timeout 1.5 must be a positive whole number"),
+    ],
+)
+def test_package_readiness_fields_are_type_checked_naming_package_and_field(readiness, match):
+    packages = with_package(lambda package: package["readiness"].update(readiness))
+    with pytest.raises(ProfileError, match=rf"tt_model_packages\.{NAME}\.readiness: {match}"):
+        expand(entry(), packages=packages)
+
+
+@pytest.mark.parametrize("marker", [" x", "a\tb", "two\nlines", ""])
+def test_an_entrys_own_ready_log_marker_is_checked_too(marker):
+    with pytest.raises(ProfileError, match=r"tt_models entry Qwen/Qwen3.8-27B: ready_log_marker"):
+        expand(entry(ready_log_marker=marker))
+
+
+def test_a_hardware_tensor_cache_timeout_must_be_positive():
+    packages = with_package(lambda package: package["hardware"]["p150x2"].update(tensor_cache_timeout="soon"))
+    with pytest.raises(ProfileError, match=r"hardware\.p150x2: tensor_cache_timeout 'soon' must be a positive"):
+        expand(entry(), packages=packages)
