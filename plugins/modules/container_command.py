@@ -24,6 +24,11 @@ description:
   - Media and forge images get the spec's environment, C(MODEL), C(DEVICE), C(CACHE_ROOT) and C(HF_HOME) (or, for the
     SDXL models run by the C++ media server, that server's settings), and E(NO_AUTH=1) with O(no_auth=true). vLLM
     images get C(--model <hf repo> --tt-device <device>), C(--no-auth) and C(--service-port) as container arguments.
+  - The collection's own environment always wins. The names it sets itself (authentication such as E(NO_AUTH) and
+    E(API_KEY), E(TT_CACHE_PATH), E(MODEL_WEIGHTS_DIR), E(HF_HOME), the spec path, ...) are left out of the spec's
+    environment on the command line and of RV(runtime_model_spec), whose C(env_vars) the vLLM entrypoint sets over
+    the container's; a runtime spec (O(spec)) that sets one, or a name that looks like a secret, is refused, naming
+    the key (C(docs/model-packages.md), "The env gate").
   - vLLM specs whose version is older than v0.11.0 (RV(legacy_interface=true)) are refused, as C(run.py) does since
     v0.14.0. Their images use the older container interface (a gosu entrypoint that reads a runtime model spec JSON
     written by that release's C(run.py) through E(TT_MODEL_SPEC_JSON_PATH), and E(MODEL_WEIGHTS_PATH)); this module
