@@ -69,7 +69,7 @@ _MAX_JSON = 64 << 10
 # that reached a spec some other way still loses.
 _SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSW|API_KEY|ACCESS_KEY|PRIVATE|CREDENTIAL|AUTHORIZATION)", re.IGNORECASE)
 _AUTH = "sets or switches off the server's authentication; the serve role sets it (serve_no_auth, serve_api_keys)"
-_SECRET = (
+_CREDENTIAL = (
     "is a credential; give the Hugging Face token with serve_hf_token and API keys with serve_api_keys, which stay in "
     "the instance's 0600 env file"
 )
@@ -84,8 +84,8 @@ RESERVED_ENV = {
     "OPENAI_API_KEY": _AUTH,
     "JWT_SECRET": _AUTH,
     "AUTHORIZATION": _AUTH,
-    "HF_TOKEN": _SECRET,
-    "HUGGING_FACE_HUB_TOKEN": _SECRET,
+    "HF_TOKEN": _CREDENTIAL,
+    "HUGGING_FACE_HUB_TOKEN": _CREDENTIAL,
     "TT_CACHE_PATH": _CACHE,
     "CACHE_ROOT": _CACHE,
     "HF_HOME": _CACHE,

@@ -56,7 +56,9 @@ def _plan(package):
     """The checkout's tt_model_entries on one entry of ``package``: ``{"entries": [...]}`` or ``{"error": msg}``."""
     proc = subprocess.run(
         [PYTHON, "-c", FILTER],
-        input=json.dumps([[{"name": "acme/Acme-8B", "package": "acme", "instance": "acme"}], "n150", {"acme": package}]),
+        input=json.dumps(
+            [[{"name": "acme/Acme-8B", "package": "acme", "instance": "acme"}], "n150", {"acme": package}]
+        ),
         capture_output=True,
         text=True,
         timeout=TIMEOUT,

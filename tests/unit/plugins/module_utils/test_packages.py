@@ -234,7 +234,7 @@ def test_the_package_hardware_env_passes_the_gate_naming_package_key_and_reason(
 
 def test_a_package_profile_env_passes_the_gate_naming_the_profile():
     packages = with_package(lambda package: package["hardware"]["p150x2"]["profiles"]["p1d1"]["env"].update(NO_AUTH=1))
-    with pytest.raises(ProfileError, match=r"tt_models entry Qwen/Qwen3.8-27B: profile p1d1: env key NO_AUTH is reserved"):
+    with pytest.raises(ProfileError, match=r"entry Qwen/Qwen3.8-27B: profile p1d1: env key NO_AUTH is reserved"):
         expand(entry(profile="p1d1"), packages=packages)
 
 
