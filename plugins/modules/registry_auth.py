@@ -103,15 +103,18 @@ PEM_LIMIT = 256 * 1024
 CONFIG_DIR_MODE = 0o700
 
 
-def _dir_needs_fix(directory):
-    """True when root's Docker config directory exists with another mode or owner than 0700 root:root."""
+def _dir_to_fix(directory):
+    """``mode 0755, owner 1000:1000`` when root's Docker config directory exists with another mode or owner than
+    0700 root:root, else None."""
     try:
         with opened_dir(directory) as fd:
             st = os.fstat(fd)
     except FileNotFoundError:
-        return False
+        return None
     wrong_owner = os.geteuid() == 0 and (st.st_uid, st.st_gid) != (0, 0)
-    return st.st_mode & 0o7777 != CONFIG_DIR_MODE or wrong_owner
+    if st.st_mode & 0o7777 == CONFIG_DIR_MODE and not wrong_owner:
+        return None
+    return f"mode {st.st_mode & 0o7777:04o}, owner {st.st_uid}:{st.st_gid}"
 
 
 def _config(params):
@@ -155,7 +158,9 @@ def main():
         before = read_auth(params["docker_config"], registry) if os.path.exists(params["docker_config"]) else None
         after = (params["username"], params["password"]) if params["state"] == "present" else None
         changed_auth = before != after
-        changed_dir = _dir_needs_fix(os.path.dirname(params["docker_config"]))
+        config_dir = os.path.dirname(params["docker_config"])
+        dir_before = _dir_to_fix(config_dir)
+        changed_dir = dir_before is not None
         ca_path = os.path.join(params["certs_dir"], registry, "ca.crt")
         ca_before = None
         if os.path.isfile(ca_path):
@@ -204,15 +209,19 @@ def main():
             fingerprint = hashlib.sha256(ca).hexdigest()[:16] if ca else "none"
             return f"{who}\nca.crt sha256 {fingerprint}\n"
 
+        directory = (
+            (f"{config_dir}: {dir_before}\n", f"{config_dir}: mode 0700, owner 0:0\n") if changed_dir else ("", "")
+        )
         result["diff"] = {
-            "before": show(before, ca_before),
+            "before": show(before, ca_before) + directory[0],
             "after": show(
                 after,
                 ca_after
                 if params["state"] == "present" and ca_after
                 else (None if params["state"] == "absent" else ca_before),
             )
-            + ("password: changed\n" if before and after and before[1] != after[1] else ""),
+            + ("password: changed\n" if before and after and before[1] != after[1] else "")
+            + directory[1],
         }
     module.exit_json(**result)
 
