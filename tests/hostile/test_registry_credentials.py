@@ -246,3 +246,29 @@ def test_a_redirect_to_another_host_carries_no_credentials(hostile, catcher):
     with client.open_blob("tt/x", digest(LAYER), len(LAYER)) as resp:
         resp.read()
     assert [req.path for req in catcher.requests] == ["/blob"] and seen(catcher) == []
+
+
+def test_a_host_asks_each_registry_with_its_own_stored_login_only(hostile, tmp_path, monkeypatch):
+    # container_image on a host: the login root stored for A (registry_auth) never goes to B, whose image is pulled.
+    from ansible_collections.ttfleet.inference.plugins.module_utils._images import Engine, encode_auth
+    from ansible_collections.ttfleet.inference.plugins.modules import container_image
+
+    origin_a = hostile(registry(ORIGIN_A, ["tt/a:1.0"]))
+    origin_b = hostile(registry(ORIGIN_B, ["tt/b:1.0"]))
+    a_at, b_at = origin_a.url.split("//")[1], origin_b.url.split("//")[1]
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"auths": {a_at: {"auth": encode_auth(*ORIGIN_A)}}}))
+    params = {
+        "images": [{"image": f"{b_at}/tt/b:1.0"}],
+        "pull": True,
+        "docker_config": str(config),
+        "certs_dir": str(tmp_path / "certs"),
+        "timeout": 10,
+    }
+    warnings = []
+    # Check mode on a host whose engine is not there yet: only the registry is asked (plain HTTP for the stand-in).
+    real = container_image.Registry
+    monkeypatch.setattr(container_image, "Registry", lambda *args, **kwargs: real(*args, plain_http=True, **kwargs))
+    container_image._plan(params, Engine(str(tmp_path / "none.sock")), True, warnings.append)
+    assert origin_b.requests and seen(origin_b) == []
+    assert any(f"registry {b_at} refused access" in w and "no credentials are set for it" in w for w in warnings)
