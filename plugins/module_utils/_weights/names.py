@@ -126,7 +126,16 @@ def check_relpath(path: Any, origin: str) -> str:
     ):
         text = path.encode("utf-8", "backslashreplace").decode("utf-8") if isinstance(path, str) else repr(path)
         shown = net.printable(text, 200)
-        raise WeightsError(f"{origin} lists an unusable file path '{shown}'; refusing to write it")
+        reserved = parts and parts[0] in (MANIFEST_NAME, STAGING_NAME)
+        raise WeightsError(
+            f"{origin} lists an unusable file path '{shown}'; refusing to write it"
+            + (
+                f" ({parts[0]} at the top of the weights is this collection's own manifest or staging; a repository "
+                "holding such a file cannot be placed as it is: leave it out with ignore_patterns)"
+                if reserved
+                else ""
+            )
+        )
     return path
 
 

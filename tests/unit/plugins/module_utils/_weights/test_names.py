@@ -79,3 +79,14 @@ def test_scrub_token_and_url_credentials():
     assert scrub(text, TOKEN) == "GET https://********@mirror.lab/x failed with Bearer ********"
     # A password holding "@" is user info up to the last "@" before the host.
     assert scrub("http://u:p@ss@s3.lab:9000/b") == "http://********@s3.lab:9000/b"
+
+
+@pytest.mark.parametrize("path", [".ttfleet-manifest.json", ".ttfleet-staging", ".ttfleet-staging/state"])
+def test_the_reserved_names_are_refused_saying_why(path):
+    with pytest.raises(WeightsError, match=r"this collection.s own manifest or staging.*ignore_patterns"):
+        check_relpath(path, "the Hub")
+
+
+@pytest.mark.parametrize("path", [".ttfleet-staging.json", "sub/.ttfleet-manifest.json", "sub/.ttfleet-staging"])
+def test_names_like_ours_elsewhere_are_ordinary_files(path):
+    assert check_relpath(path, "the Hub") == path
