@@ -10,6 +10,7 @@ import os
 
 import pytest
 from conftest import patch_module_args
+from unit_helpers import with_hardening
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _container as container_utils
 from ansible_collections.ttfleet.inference.plugins.module_utils import _spec as spec_utils
@@ -108,9 +109,9 @@ def options_from_flags(flags):
 
 def recorded_argv(case):
     """run.py's argv with our one addition to it, no-new-privileges, after --ipc host."""
-    argv = [arg.replace("<VOLUME_ROOT>", VOLUME_ROOT).replace("<CHECKOUT>", "/opt/tts") for arg in case["argv"]]
-    at = argv.index("--ipc") + 2
-    return argv[:at] + list(container_utils.HARDENING) + argv[at:]
+    return with_hardening(
+        arg.replace("<VOLUME_ROOT>", VOLUME_ROOT).replace("<CHECKOUT>", "/opt/tts") for arg in case["argv"]
+    )
 
 
 def test_every_container_gets_no_new_privileges(v20):

@@ -21,6 +21,7 @@ import venv
 
 import pytest
 from conftest import patch_module_args
+from unit_helpers import with_hardening
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _spec as spec_utils
 from ansible_collections.ttfleet.inference.plugins.module_utils._container import container_command
@@ -464,7 +465,9 @@ def command(catalog, case, **extra):
 @pytest.mark.parametrize("case", UPSTREAM["cases"], ids=lambda case: f"{case['model']}-{case['engine']}")
 def test_dev_mode_command_is_upstreams(dev, case):
     result = command(dev, case)
-    assert result["argv"] == [argument.replace("{checkout}", dev["checkout"]) for argument in case["argv"]]
+    assert result["argv"] == with_hardening(
+        argument.replace("{checkout}", dev["checkout"]) for argument in case["argv"]
+    )
     assert result["version"] == "0.20.0"
     runtime = result["runtime_model_spec"]["runtime_model_spec"]
     assert runtime["docker_image"] == case["image"]

@@ -94,3 +94,13 @@ def package_spec(**changes):
     }
     spec.update(changes)
     return spec
+
+
+def with_hardening(argv):
+    """An argv run.py printed, plus the one option the collection adds to every container (_container.HARDENING),
+    right after ``--ipc host``."""
+    from ansible_collections.ttfleet.inference.plugins.module_utils._container import HARDENING
+
+    out = list(argv)
+    at = out.index("--ipc") + 2
+    return out[:at] + list(HARDENING) + out[at:]

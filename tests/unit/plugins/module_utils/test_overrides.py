@@ -13,7 +13,7 @@ import json
 import os
 
 import pytest
-from unit_helpers import package_spec
+from unit_helpers import package_spec, with_hardening
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _container as container_utils
 from ansible_collections.ttfleet.inference.plugins.module_utils import _overrides as overrides
@@ -83,7 +83,7 @@ def test_recorded_cases_cover_each_engine_and_both_flags():
 @pytest.mark.parametrize("case", CASES, ids=[case["id"] for case in CASES])
 def test_argv_matches_runpy(v20, case):
     result = ours(v20, case)[1]
-    expected = normalised(case["argv"])
+    expected = normalised(with_hardening(case["argv"]))
     if result["runtime_model_spec"] is not None:
         # Deliberately more than run.py: the resolved spec reaches the container (see _container.container_command),
         # mounted after the volume and named by the last environment variable.
@@ -117,7 +117,7 @@ def test_only_what_the_argv_cannot_carry_mounts_the_spec(v20):
     plain = next(case for case in CASES if case["id"] == "vllm-basic")
     result = ours(v20, plain)[1]
     assert result["runtime_model_spec"] is None
-    assert normalised(result["argv"]) == normalised(plain["argv"])
+    assert normalised(result["argv"]) == normalised(with_hardening(plain["argv"]))
     tt = next(case for case in CASES if case["override_tt_config"] and case["engine"] == "vllm")
     result = ours(v20, tt)[1]
     assert result["runtime_model_spec"] is not None
