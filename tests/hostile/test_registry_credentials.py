@@ -120,6 +120,7 @@ def run_mirror(args):
     return as_json(result["out"]), result
 
 
+@pytest.mark.broke29(5)
 @pytest.mark.parametrize("given", ["one-pair-as-the-role-passed-it", "per-registry"])
 def test_another_origin_never_gets_the_first_origins_password(hostile, given):
     origin_a = hostile(registry(ORIGIN_A, ["tt/a:1.0"]))
@@ -158,6 +159,7 @@ def test_another_origin_never_gets_the_first_origins_password(hostile, given):
         assert not origin_a.requests and not origin_b.requests
 
 
+@pytest.mark.broke29(5)
 @pytest.mark.parametrize("given", ["one-pair-as-the-role-passed-it", "per-registry"])
 def test_the_upstream_proxy_never_gets_the_origins_password(hostile, given):
     # The origin is named ghcr.io; tt_image_site_upstream sends its reads to a proxy that asks for a password.
