@@ -106,6 +106,7 @@ POISON = {"config.json": CONFIG, "model.safetensors": b"\xcc" * len(BIG)}
 # Case 1: one host can poison the fleet's weights.
 
 
+@pytest.mark.broke29(1)
 def test_case1_a_tampering_holder_with_a_matching_manifest_is_refused_and_named(hostile, tmp_path):
     # The holder rewrote the file and its own manifest to match: only the origin's digest can tell.
     tamperer = hostile(holder(manifest(POISON), POISON))
@@ -119,6 +120,7 @@ def test_case1_a_tampering_holder_with_a_matching_manifest_is_refused_and_named(
     assert not (tmp_path / "vol" / "weights" / "M" / "model.safetensors").exists()
 
 
+@pytest.mark.broke29(1)
 def test_case1_the_pull_fails_over_from_the_tampering_holder_to_an_honest_one(hostile, tmp_path):
     tamperer = hostile(holder(manifest(POISON), POISON))
     honest = hostile(holder(manifest(WEIGHTS), WEIGHTS))
@@ -132,6 +134,7 @@ def test_case1_the_pull_fails_over_from_the_tampering_holder_to_an_honest_one(ho
     assert file_requests(tamperer) == []
 
 
+@pytest.mark.broke29(1)
 def test_case1_the_digest_a_host_returns_is_the_one_its_pullers_check(hostile, tmp_path):
     # What a holder returns after its pull is what the next round's pullers are handed: the fan-out's rounds chain.
     honest = hostile(holder(manifest(WEIGHTS), WEIGHTS))
@@ -141,6 +144,7 @@ def test_case1_the_digest_a_host_returns_is_the_one_its_pullers_check(hostile, t
     assert again["changed"] is False and again["manifest_sha256"] == anchor(WEIGHTS)
 
 
+@pytest.mark.broke29(1)
 def test_case1_a_digest_that_is_not_a_sha256_is_refused(hostile, tmp_path):
     honest = hostile(holder(manifest(WEIGHTS), WEIGHTS))
     with pytest.raises(WeightsError, match=r"expected_manifest_sha256 'ABC' for org/model@c+ is not a lower-case"):
@@ -151,6 +155,7 @@ def test_case1_a_digest_that_is_not_a_sha256_is_refused(hostile, tmp_path):
 # Case 2: a lying holder gets the honest one blamed.
 
 
+@pytest.mark.broke29(2)
 def test_case2_a_lying_holder_that_dies_does_not_get_the_honest_one_blamed(hostile, tmp_path):
     lie = 300 * 1024
     served = []
@@ -198,6 +203,7 @@ def git_blob(content):
     return hashlib.sha1(b"blob %d\0" % len(content) + content).hexdigest()
 
 
+@pytest.mark.broke29("9a")
 def test_case9a_a_repository_file_named_like_the_staging_state_converges(hostile, tmp_path):
     tree = [
         {"type": "file", "path": ".ttfleet-staging.json", "size": len(STATE_LIKE), "oid": git_blob(STATE_LIKE)},
