@@ -69,7 +69,7 @@ def _plan(package):
     return json.loads(proc.stdout)
 
 
-def _command(arena, entry):
+def _run_command(arena, entry):
     """container_command for the planned entry, with the serve role's arguments (no_auth false, a host volume)."""
     args = {
         "model": entry["name"],
@@ -82,7 +82,11 @@ def _command(arena, entry):
         "runtime_spec_file": "/etc/ttfleet/serve/acme.model_spec.json",
     }
     args.update({key: entry[key] for key in ("spec", "env", "profile") if entry.get(key)})
-    result = arena.module("container_command", args)
+    return arena.module("container_command", args)
+
+
+def _command(arena, entry):
+    result = _run_command(arena, entry)
     assert not result.failed, result
     return result
 
@@ -148,14 +152,6 @@ def test_case3_an_entrys_own_spec_cannot_switch_auth_off_either(arena):
     plan = _plan(_package("media"))
     entry = plan["entries"][0]
     entry["spec"]["device_model_spec"]["env_vars"]["NO_AUTH"] = "1"
-    args = {
-        "model": entry["name"],
-        "device": "n150",
-        "spec_file": str(SPEC_FILE),
-        "volume_root": str(arena.root),
-        "no_auth": False,
-        "spec": entry["spec"],
-    }
-    result = arena.module("container_command", args)
+    result = _run_command(arena, entry)
     assert result.failed, f"accepted; the container gets {_reached(result)}"
     assert "device_model_spec.env_vars key NO_AUTH is reserved" in result["msg"], result["msg"]
