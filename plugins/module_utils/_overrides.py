@@ -68,6 +68,11 @@ _MAX_JSON = 64 << 10
 # run_vllm_api_server.py of TTIS). The collection's values are also applied last (_container), so a reserved name
 # that reached a spec some other way still loses.
 _SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSW|API_KEY|ACCESS_KEY|PRIVATE|CREDENTIAL|AUTHORIZATION)", re.IGNORECASE)
+# The same rule for the server's arguments, where TOKEN counts only as the last word (max_num_batched_tokens and
+# tokenizer are tuning, hf_token is a secret).
+_SECRET_ARG = re.compile(
+    r"(SECRET|PASSW|API_KEY|ACCESS_KEY|PRIVATE|CREDENTIAL|AUTHORIZATION|(^|_)TOKEN$)", re.IGNORECASE
+)
 _AUTH = "sets or switches off the server's authentication; the serve role sets it (serve_no_auth, serve_api_keys)"
 _CREDENTIAL = (
     "is a credential; give the Hugging Face token with serve_hf_token and API keys with serve_api_keys, which stay in "
@@ -243,6 +248,7 @@ def check_tuning(where: str, settings: Mapping[str, Any]) -> JSON:
                 "only warns and drops it. Remove the key; set the port with the entry's port, the model and device "
                 "with name and device."
             )
+    gate_vllm_args(where, "vllm_override_args", vllm)
     tt_config = _mapping(where, "override_tt_config", settings.get("override_tt_config"))
     env = gate_env(where, "env", settings.get("env"))
     return {"vllm_override_args": vllm, "override_tt_config": tt_config, "env": env}
@@ -276,6 +282,21 @@ def gate_env(where: str, field: str, env: object) -> dict[str, str]:
         # _mapping refused control characters in the values already.
         out[key] = str(value).lower() if isinstance(value, bool) else str(value)
     return out
+
+
+def gate_vllm_args(where: str, field: str, args: Mapping[str, Any]) -> None:
+    """Refuses a vLLM argument in ``args`` whose name looks like a secret (``api_key``, ``hf_token``): the env gate's
+    secret-name rule for the server's arguments, which reach the 0644 runtime spec and the command line. An
+    ``api_key`` would also give the server a key the package or profile chose instead of serve_api_keys. The value is
+    never shown."""
+    for key in args:
+        if _SECRET_ARG.search(str(key).replace("-", "_")):
+            raise TuningError(
+                f"{where}: {field} key {key} looks like a secret or sets the server's authentication; the "
+                "server's arguments are written to the 0644 runtime spec and reach the command line (visible in "
+                "/proc), and the serve role gives the server its API keys itself (serve_api_keys, serve_no_auth). "
+                f"Remove {key} from {field}."
+            )
 
 
 def drop_reserved(env: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -448,6 +469,8 @@ def runtime_spec(data: object, where: str, mesh_by_device: Mapping[str, str]) ->
     # Checked by the env gate, kept as given (run.py's spec values are not rewritten).
     gate_env(f"{where}: spec", "env_vars", spec.get("env_vars"))
     gate_env(f"{where}: spec", "device_model_spec.env_vars", dms.get("env_vars"))
+    gate_vllm_args(f"{where}: spec", "vllm_args", spec.get("vllm_args") or {})
+    gate_vllm_args(f"{where}: spec", "device_model_spec.vllm_args", dms.get("vllm_args") or {})
 
     # DeviceModelSpec.__post_init__ (_infer_data, _infer_env_vars).
     mesh = (dms.get("env_vars") or {}).get("MESH_DEVICE") or (spec.get("env_vars") or {}).get("MESH_DEVICE")

@@ -22,7 +22,12 @@ import copy
 import re
 from typing import TYPE_CHECKING
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._overrides import TuningError, check_tuning, gate_env
+from ansible_collections.ttfleet.inference.plugins.module_utils._overrides import (
+    TuningError,
+    check_tuning,
+    gate_env,
+    gate_vllm_args,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -274,6 +279,10 @@ def package_spec(name: str, package: Mapping[str, Any], device: str) -> tuple[JS
         "env_vars": env,
         "vllm_args": dict(_mapping(here.get("vllm_args"), f"{where}.hardware.{device}.vllm_args")),
     }
+    try:
+        gate_vllm_args(where, f"hardware.{device}.vllm_args", dms["vllm_args"])
+    except TuningError as exc:
+        raise ProfileError(str(exc)) from None
     timeout = here.get("tensor_cache_timeout")
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
         raise ProfileError(

@@ -35,13 +35,16 @@ except AnsibleFilterError as exc:
 """
 
 
-def _package(engine, env=None, profile_env=None):
+def _package(engine, env=None, profile_env=None, vllm_args=None, profile_vllm=None):
     hardware = {"max_context": 8192, "max_concurrency": 4}
     if env is not None:
         hardware["env"] = env
-    if profile_env is not None:
+    if vllm_args is not None:
+        hardware["vllm_args"] = vllm_args
+    if profile_env is not None or profile_vllm is not None:
         hardware["default_profile"] = "fast"
-        hardware["profiles"] = {"fast": {"env": profile_env}}
+        profile = {"env": profile_env} if profile_env is not None else {"vllm_override_args": profile_vllm}
+        hardware["profiles"] = {"fast": profile}
     return {
         "model": "acme/Acme-8B",
         "revision": "0" * 40,
@@ -135,6 +138,22 @@ def test_case3_profile_env_cannot_switch_auth_off(arena):
 @pytest.mark.parametrize("engine", ["media", "vLLM"])
 def test_case4_package_secret_reaches_neither_argv_nor_spec(arena, engine):
     _assert_refused(arena, _package(engine, env={"HF_TOKEN": SECRET}), "hardware.n150.env", "HF_TOKEN", "secret")
+
+
+@pytest.mark.broke29(3)
+def test_case3_package_vllm_args_cannot_set_the_servers_api_key(arena):
+    # Not env, but the same hole: vLLM's --api-key from a package would give the server a key its publisher chose,
+    # written to the 0644 runtime spec.
+    _assert_refused(
+        arena, _package("vLLM", vllm_args={"api_key": SECRET}), "hardware.n150.vllm_args", "api_key", "secret"
+    )
+
+
+@pytest.mark.broke29(3)
+def test_case3_profile_vllm_override_args_cannot_set_the_servers_api_key(arena):
+    plan = _plan(_package("vLLM", profile_vllm={"api_key": SECRET}))
+    assert "error" in plan, f"accepted; the container gets argv {_command(arena, plan['entries'][0])['argv']}"
+    assert "vllm_override_args key api_key" in plan["error"] and SECRET not in plan["error"], plan["error"]
 
 
 def test_case3_control_a_plain_package_env_reaches_the_container_under_the_collections_values(arena):

@@ -316,3 +316,21 @@ def test_a_runtime_spec_env_passes_the_gate_naming_its_field(v20):
     theirs["env_vars"] = {"HF_TOKEN": "x"}
     with pytest.raises(SpecError, match=r"spec: env_vars key HF_TOKEN looks like a secret"):
         spec_utils.select_entry(v20, entry, "p300x2")
+
+
+@pytest.mark.parametrize("key", ["api_key", "api-key", "hf_token", "hf-token"])
+def test_vllm_arguments_that_carry_a_key_are_refused_without_their_value(key):
+    with pytest.raises(overrides.TuningError, match=rf"vllm_override_args key {key} looks like a secret") as err:
+        overrides.check_tuning("tt_models entry M", {"vllm_override_args": {key: "sk-SECRET"}})
+    assert "sk-SECRET" not in str(err.value)
+    assert overrides.check_tuning("w", {"vllm_override_args": {"max_num_seqs": 16}})["vllm_override_args"] == {
+        "max_num_seqs": 16
+    }
+
+
+def test_a_runtime_spec_cannot_give_the_server_an_api_key(v20):
+    theirs = copy.deepcopy(CASES[0]["runtime_model_spec"])
+    theirs["device_model_spec"]["vllm_args"] = {**theirs["device_model_spec"].get("vllm_args", {}), "api_key": "k"}
+    entry = {"name": theirs["model_name"], "spec": theirs}
+    with pytest.raises(SpecError, match=r"spec: device_model_spec\.vllm_args key api_key looks like a secret"):
+        spec_utils.select_entry(v20, entry, "p300x2")
