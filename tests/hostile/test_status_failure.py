@@ -102,6 +102,7 @@ def _run_status(tmp_path, state, *args):
     return proc.returncode, (proc.stdout + proc.stderr).decode("utf-8", "replace")
 
 
+@pytest.mark.broke29(9)
 @pytest.mark.skipif(not os.access(ANSIBLE_PLAYBOOK, os.X_OK), reason="ansible-playbook is not installed")
 def test_status_failure_message_escapes_the_instance_names_of_a_host(tmp_path):
     rc, output = _run_status(tmp_path, _hostile_state(tmp_path), "-e", "status_report_write=false")
