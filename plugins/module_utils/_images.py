@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _net
+from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import O_DIR, trusted
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping
@@ -327,20 +328,19 @@ def check_pin(text: object, what: str) -> str:
 
 
 def _not_root_only(st: os.stat_result, path: str) -> str | None:
+    """What lets a non-root user change ``path`` (the safe-file layer's rule for a trusted directory), or None."""
+    if trusted(st):
+        return None
     mode = st.st_mode & 0o7777
     if st.st_uid != 0:
         return f"{path} (owner uid {st.st_uid}, mode {mode:04o})"
-    if mode & 0o022:
-        return f"{path} (owner root, mode {mode:04o}: its group or others can write it)"
-    return None
+    return f"{path} (owner root, mode {mode:04o}: its group or others can write it)"
 
 
 def archive_writers(fd: int) -> list[str]:
     """The levels of the file open on ``fd`` that a non-root user could change: the file itself and every directory
     from ``/`` down to it (its real path: links were resolved when it was opened), each with its owner and mode.
     Empty when only root can change any of them, so no one else can swap or rewrite the archive."""
-    from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import O_DIR
-
     st = os.fstat(fd)
     real = os.readlink(f"/proc/self/fd/{fd}")
     if not real.startswith("/") or real.endswith(" (deleted)"):
