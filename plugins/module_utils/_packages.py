@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._overrides import (
     TuningError,
@@ -30,10 +30,13 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._overrides impor
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
     from typing import Any
 
     JSON = dict[str, Any]
+
+
+_T = TypeVar("_T")
 
 
 class ProfileError(ValueError):
@@ -161,12 +164,22 @@ def check_extra_repos(value: object, where: str) -> list[JSON]:
     return out
 
 
-def _env(where: str, field: str, env: object) -> dict[str, str]:
-    """``env`` through the env gate (_overrides.gate_env), as a ProfileError naming ``where`` and ``field``."""
+def _gated(gate: Callable[[str, str, Any], _T], where: str, field: str, value: Any) -> _T:
+    """``value`` through one of the env gate's checks (_overrides.gate_env, gate_vllm_args), as a ProfileError."""
     try:
-        return gate_env(where, field, env)
+        return gate(where, field, value)
     except TuningError as exc:
         raise ProfileError(str(exc)) from None
+
+
+def _check_timeouts(settings: Mapping[str, Any], where: str) -> None:
+    """``start_timeout`` and ``first_start_timeout`` of a profile or a package's readiness: positive whole seconds."""
+    for key in ("start_timeout", "first_start_timeout"):
+        value = settings.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ProfileError(
+                f"{where}: {key} {value!r} must be a positive whole number of seconds (for example {key}: 1800)."
+            )
 
 
 def check_marker(value: object, where: str, field: str = "ready_log_marker") -> str:
@@ -202,15 +215,12 @@ def _check_profile(settings: object, where: str) -> JSON:
             env.setdefault("MESH_DEVICE", str(mesh["device"]))
         out["env"] = env
     if "env" in out:
-        _env(where, "env", out["env"])
+        _gated(gate_env, where, "env", out["env"])
     if out.get("ready_log_marker") is not None:
         out["ready_log_marker"] = check_marker(out["ready_log_marker"], where)
     if out.get("kernel_cache") not in (None, "own", "shared"):
         raise ProfileError(f"{where}: kernel_cache {out['kernel_cache']!r} must be own or shared.")
-    for key in ("start_timeout", "first_start_timeout"):
-        value = out.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ProfileError(f"{where}: {key} {value!r} must be a positive number of seconds.")
+    _check_timeouts(out, where)
     return out
 
 
@@ -229,12 +239,7 @@ def _check_readiness(readiness: JSON, where: str) -> JSON:
     _unknown(readiness, READINESS_KEYS, where)
     if readiness.get("log_marker") is not None:
         check_marker(readiness["log_marker"], where, "log_marker")
-    for key in ("start_timeout", "first_start_timeout"):
-        value = readiness.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ProfileError(
-                f"{where}: {key} {value!r} must be a positive whole number of seconds (for example {key}: 1800)."
-            )
+    _check_timeouts(readiness, where)
     return readiness
 
 
@@ -267,7 +272,7 @@ def package_spec(name: str, package: Mapping[str, Any], device: str) -> tuple[JS
     mesh = here.get("mesh")
     if isinstance(mesh, dict):
         mesh = mesh.get("device")
-    env = _env(where, f"hardware.{device}.env", here.get("env"))
+    env = _gated(gate_env, where, f"hardware.{device}.env", here.get("env"))
     if mesh:
         env["MESH_DEVICE"] = str(mesh)
     model_name = str(package.get("model_name") or _short(repo))
@@ -279,10 +284,7 @@ def package_spec(name: str, package: Mapping[str, Any], device: str) -> tuple[JS
         "env_vars": env,
         "vllm_args": dict(_mapping(here.get("vllm_args"), f"{where}.hardware.{device}.vllm_args")),
     }
-    try:
-        gate_vllm_args(where, f"hardware.{device}.vllm_args", dms["vllm_args"])
-    except TuningError as exc:
-        raise ProfileError(str(exc)) from None
+    _gated(gate_vllm_args, where, f"hardware.{device}.vllm_args", dms["vllm_args"])
     timeout = here.get("tensor_cache_timeout")
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
         raise ProfileError(
