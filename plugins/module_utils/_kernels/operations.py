@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import secrets
 import socket
 import time
@@ -49,6 +48,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.scan im
     scan_cache,
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.stores import (
+    HEX64_RE,
     HolderChain,
     PathStore,
     Span,
@@ -84,7 +84,6 @@ if TYPE_CHECKING:
 
 
 HEALTH_TOTAL = 60.0  # the overall limit of the warm-up health check of a harvest
-_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
 def pinned_sha256(options: Mapping[str, Any]) -> str | None:
@@ -93,7 +92,7 @@ def pinned_sha256(options: Mapping[str, Any]) -> str | None:
     pinned = options.get("expected_sha256")
     if pinned is None:
         return None
-    if not isinstance(pinned, str) or not _SHA256_RE.match(pinned):
+    if not isinstance(pinned, str) or not HEX64_RE.match(pinned):
         raise KernelError(
             f"expected_sha256 {net.printable(pinned, 80)!r} of the kernel cache of {options.get('model_name')} is not "
             "a sha256 (64 lowercase hex digits); give the sha256 of the origin's manifest (the peer's pack result, "

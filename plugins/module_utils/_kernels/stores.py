@@ -73,7 +73,7 @@ SHA_MAX = 4096  # a kernels.tar.zst.sha256 file (sha256sum format: one line)
 # The overall limit of a small store request (a manifest, a sha file) and the floor of the archive's, which grows by
 # a second per MiB of its archive_bytes (module_utils._net.Deadline.for_size); the stall limit is the timeout option.
 REQUEST_TOTAL = 300.0
-_HEX64_RE = re.compile(r"^[0-9a-f]{64}$")
+HEX64_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
 def json_bytes(data: Mapping[str, Any]) -> bytes:
@@ -129,14 +129,14 @@ def check_manifest(manifest: JSON, key: Key, where: str) -> JSON:
         )
     sha = str(manifest.get("sha256") or "")
     counts = [manifest.get(name) for name in ("files", "bytes", "archive_bytes")]
-    if not _HEX64_RE.match(sha) or not all(isinstance(c, int) and c >= 0 for c in counts):
+    if not HEX64_RE.match(sha) or not all(isinstance(c, int) and c >= 0 for c in counts):
         raise KernelError(f"{where} lacks a sha256, file count or byte counts; remove the entry and harvest again")
     return manifest
 
 
 def parse_sha_file(text: str, where: str) -> str:
     fields = text.split()
-    if not fields or not _HEX64_RE.match(fields[0].lower()):
+    if not fields or not HEX64_RE.match(fields[0].lower()):
         raise KernelError(f"{where} does not start with a sha256; remove the entry and harvest again")
     return fields[0].lower()
 
