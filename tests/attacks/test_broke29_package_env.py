@@ -22,7 +22,7 @@ import pytest
 from conftest import CHECKOUT, COLLECTIONS, PYTHON, TIMEOUT
 
 SPEC_FILE = CHECKOUT / "tests" / "fixtures" / "specs" / "release_model_spec-v0.20.0.json.gz"
-SECRET = "hf_0123456789abcdefSECRET"
+SECRET = "not-a-real-token-SECRET"
 FILTER = """
 import json, sys
 from ansible.errors import AnsibleFilterError
