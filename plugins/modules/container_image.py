@@ -400,9 +400,10 @@ def _fetch(params, engine, plan, progress):
                     params["s3_bucket"], _s3_key(params, item), 0, entry["size"]
                 )
                 handle, size = resp, entry["size"]
-            hashing = _Hashing(handle)
+            # Only a pinned S3 archive is judged by what streamed: a local one was checked before the load.
+            hashing = _Hashing(handle) if entry["source"] == "s3" and entry.get("pin") else None
             with handle:
-                loaded = engine.load(hashing, size, report=report)
+                loaded = engine.load(hashing or handle, size, report=report)
             entry["fetched"] = size
             record = engine.inspect(item["image"])
             if record is None:
@@ -410,7 +411,7 @@ def _fetch(params, engine, plan, progress):
                     f"the archive of {ref} ({item.get('archive') or item.get('archive_s3_key')}) does not hold it; it "
                     f"loaded {', '.join(loaded) or 'nothing'}: save it with docker save {item.get('origin') or ref}"
                 )
-            _check_loaded(engine, entry, record, hashing.digest())
+            _check_loaded(engine, entry, record, hashing.digest() if hashing else None)
         entry["record"] = engine.inspect(item["image"])
         if entry["record"] is None:
             raise ImageError(f"the engine does not list {ref} after its {entry['source']} fetch")
