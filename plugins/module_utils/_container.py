@@ -22,8 +22,16 @@ import posixpath
 import re
 from typing import TYPE_CHECKING
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._entrypoint import (
+    TT_CONFIG_ARGS,
+    Generation,
+    encode_tt_config,
+    generation,
+    tt_config_of,
+)
 from ansible_collections.ttfleet.inference.plugins.module_utils._images import ImageError, map_image
 from ansible_collections.ttfleet.inference.plugins.module_utils._overrides import (
+    VLLM_ARG_TO_ENV,
     drop_reserved,
     needs_runtime_spec,
     override_cli_args,
@@ -237,6 +245,43 @@ def _legacy_message(derived: Mapping[str, Any], image: str, version: str, releas
     )
 
 
+def image_generation(image: str) -> Generation:
+    """The start-up generation (_entrypoint) of a vLLM ``image``: by the version its tag starts with for an image of
+    tt-inference-server (its registry path or a ``vllm-tt-metal`` repository at a mirror), else the current one."""
+    repository = image.rsplit("@", 1)[0]
+    if ":" in posixpath.basename(repository):
+        repository = repository.rsplit(":", 1)[0]
+    if image.startswith(TTIS_IMAGE_PREFIX) or posixpath.basename(repository).startswith("vllm-tt-metal"):
+        return generation(parse_image_version(image.rsplit("@", 1)[0]))
+    return generation(None)
+
+
+def _check_media_tuning(tuning: Mapping[str, Any], derived: Mapping[str, Any], image: str) -> None:
+    """Refuse tuning a media or forge image cannot take: it starts tt-media-server with MODEL, DEVICE and its
+    environment, and of the vLLM arguments only max_num_seqs and max_model_len reach it (as MAX_NUM_SEQS and
+    MAX_MODEL_LENGTH). run.py accepts the rest and drops it without a word."""
+    version = parse_image_version(image.rsplit("@", 1)[0])
+    where = (
+        f"{derived['model_name']} on {derived['device']} ({derived['inference_engine']} image {image}, version "
+        f"{'.'.join(map(str, version)) if version else 'unknown'})"
+    )
+    tt_config = tuning.get("override_tt_config") or {}
+    if tt_config:
+        raise SpecError(
+            f"{where}: override_tt_config key {sorted(tt_config)[0]!r} cannot take effect: this image starts "
+            "tt-media-server, which reads no TT config (its runners take their settings from the environment). Remove "
+            "override_tt_config from the entry or its profile; set a runner setting with env."
+        )
+    for key in tuning.get("vllm_override_args") or {}:
+        if key not in VLLM_ARG_TO_ENV:
+            raise SpecError(
+                f"{where}: vllm_override_args key {key!r} cannot take effect: this image starts tt-media-server, which "
+                f"reads only {' and '.join(sorted(VLLM_ARG_TO_ENV))} of the vLLM arguments (as "
+                f"{' and '.join(VLLM_ARG_TO_ENV[k] for k in sorted(VLLM_ARG_TO_ENV))}). Remove the key, or set the "
+                "server's own environment variable with env."
+            )
+
+
 # ---------------------------------------------------------------------------------------------
 # The command
 
@@ -340,8 +385,12 @@ def _dev_mounts(
     return mounts, spec_in_container
 
 
-def _runtime_model_spec(spec: Mapping[str, Any], port: int) -> JSON:
-    """The spec as run.py --dev-mode writes it for the container (ModelSpec.apply_overrides: port)."""
+def _runtime_model_spec(spec: Mapping[str, Any], port: int, gen: Generation) -> JSON:
+    """The spec as run.py --dev-mode writes it for the container (ModelSpec.apply_overrides: port).
+
+    Its TT config is under the argument the image's generation reads (``gen``): the mounted spec replaces the image's
+    own catalog, which says it that way, so a spec in a newer release's words would lose the TT config there.
+    """
     runtime = strip_private(spec)
     dms = dict(runtime.get("device_model_spec") or {})
     # The vLLM entrypoint sets the spec's env_vars over the container's environment (set_runtime_env_vars), so a
@@ -349,7 +398,10 @@ def _runtime_model_spec(spec: Mapping[str, Any], port: int) -> JSON:
     for mapping in (runtime, dms):
         if isinstance(mapping.get("env_vars"), dict):
             mapping["env_vars"] = drop_reserved(mapping["env_vars"])
-    dms["vllm_args"] = {**(dms.get("vllm_args") or {}), "port": str(port)}
+    vllm_args = dict(dms.get("vllm_args") or {})
+    if set(vllm_args) & TT_CONFIG_ARGS != {gen.tt_config_arg}:
+        vllm_args = encode_tt_config(vllm_args, tt_config_of(vllm_args, dms.get("override_tt_config")), gen)
+    dms["vllm_args"] = {**vllm_args, "port": str(port)}
     runtime["device_model_spec"] = dms
     return runtime
 
@@ -433,6 +485,9 @@ def container_command(
         )
     engine = derived["inference_engine"]
     rules = _rules(release)
+    gen = image_generation(image)
+    if engine in ("media", "forge"):
+        _check_media_tuning(tuning, derived, image)
     if is_legacy_interface(engine, interface_version):
         raise SpecError(_legacy_message(derived, image, version, release_label))
 
@@ -489,12 +544,13 @@ def container_command(
     if dev:
         mounts, env["RUNTIME_MODEL_SPEC_JSON_PATH"] = _dev_mounts(catalog, spec, derived, rules, runtime_spec_file)
         argv += mounts
-        runtime_model_spec = {"runtime_model_spec": _runtime_model_spec(run_spec, port)}
+        runtime_model_spec = {"runtime_model_spec": _runtime_model_spec(run_spec, port, gen)}
     elif engine == "vLLM" and (
         runtime_source
         or needs_runtime_spec(tuning)
-        # Before v0.17.0 run.py passed no override to the container at all.
-        or (tuning.get("vllm_override_args") and not rules["override_args"])
+        # Before v0.17.0 run.py passed no override to the container at all; a 0.11.x image puts the spec's vLLM
+        # arguments after the container's, where they win.
+        or (tuning.get("vllm_override_args") and not (rules["override_args"] and gen.cli_over_spec))
     ):
         if not runtime_spec_file:
             raise SpecError(
@@ -505,7 +561,7 @@ def container_command(
         spec_path = _absolute_path(runtime_spec_file, "runtime_spec_file", mount=True)
         env["RUNTIME_MODEL_SPEC_JSON_PATH"] = f"{DEV_SPEC_DIR}/{posixpath.basename(spec_path)}"
         argv += ["--mount", f"type=bind,src={spec_path},dst={env['RUNTIME_MODEL_SPEC_JSON_PATH']},readonly"]
-        runtime_model_spec = {"runtime_model_spec": _runtime_model_spec(run_spec, port)}
+        runtime_model_spec = {"runtime_model_spec": _runtime_model_spec(run_spec, port, gen)}
     for key, value in env.items():
         if value:
             argv += ["-e", f"{key}={value}"]
@@ -522,8 +578,12 @@ def container_command(
             argv.append("--no-auth")
         if port != DEFAULT_PORT:
             argv += ["--service-port", str(port)]
-    if engine == "vLLM" and rules["override_args"]:
+    if engine == "vLLM" and rules["override_args"] and (gen.cli_over_spec or runtime_model_spec is None):
         argv += override_cli_args(tuning.get("vllm_override_args"))
+    if engine == "vLLM" and not gen.service_port_to_vllm and port != DEFAULT_PORT and runtime_model_spec is None:
+        # A 0.11.x wrapper keeps --service-port for itself; vLLM gets the port as its own argument (the image's
+        # catalog sets none).
+        argv += ["--port", str(port)]
 
     return {
         "argv": argv,

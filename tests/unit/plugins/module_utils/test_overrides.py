@@ -16,6 +16,7 @@ import pytest
 from unit_helpers import package_spec, with_hardening
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _container as container_utils
+from ansible_collections.ttfleet.inference.plugins.module_utils import _entrypoint as entrypoint
 from ansible_collections.ttfleet.inference.plugins.module_utils import _overrides as overrides
 from ansible_collections.ttfleet.inference.plugins.module_utils import _spec as spec_utils
 from ansible_collections.ttfleet.inference.plugins.module_utils._spec import SpecError
@@ -49,8 +50,27 @@ def entry_of(case, keep_reserved=False):
     return entry
 
 
+def unhonoured(case):
+    """Tuning a media or forge image cannot take, which run.py drops and the collection refuses (issue 30)."""
+    try:
+        extra = set(json.loads(case["vllm_override_args"] or "{}")) - set(overrides.VLLM_ARG_TO_ENV)
+    except ValueError:
+        return False
+    return case["engine"] in ("media", "forge") and bool(case["override_tt_config"] or extra)
+
+
 def ours(catalog, case, entry=None):
     entry = entry or entry_of(case)
+    if entry is not None and unhonoured(case) and "override_tt_config" in entry:
+        refused = r"override_tt_config key .* cannot take effect: this image starts tt-media"
+        with pytest.raises(SpecError, match=refused):
+            ours_unchecked(catalog, case, entry)
+        # The rest of the case, as run.py serves it once the TT config it drops is left out.
+        entry = {key: value for key, value in entry.items() if key != "override_tt_config"}
+    return ours_unchecked(catalog, case, entry)
+
+
+def ours_unchecked(catalog, case, entry):
     spec, spec_catalog = spec_utils.select_entry(catalog, entry, case["device"], image=False)
     result = container_utils.container_command(
         spec,
@@ -102,14 +122,26 @@ def test_spec_matches_runpy(v20, case):
     # former and set the port only in the spec the container reads.
     given = json.loads(case["vllm_override_args"] or "{}")
     skip = {key for key in given if _reserved(key)} | {"port"}
+    if unhonoured(case):
+        # Refused with the TT config (see ours); the rest of the spec is still run.py's.
+        skip |= entrypoint.TT_CONFIG_ARGS
     mine = {k: v for k, v in spec["device_model_spec"]["vllm_args"].items() if k not in skip}
     assert mine == {k: v for k, v in theirs["device_model_spec"]["vllm_args"].items() if k not in skip}
-    assert spec["device_model_spec"]["override_tt_config"] == theirs["device_model_spec"]["override_tt_config"]
+    if not unhonoured(case):
+        assert spec["device_model_spec"]["override_tt_config"] == theirs["device_model_spec"]["override_tt_config"]
     assert spec["env_vars"] == theirs["env_vars"]
     if result["runtime_model_spec"] is not None:
         mounted = result["runtime_model_spec"]["runtime_model_spec"]
         assert mounted["device_model_spec"]["vllm_args"]["port"] == str(case["port"])
-        assert {k: v for k, v in mounted["device_model_spec"]["vllm_args"].items() if k not in skip} == mine
+        # The TT config in the words of the image's release (issue 30): a 0.11.1 image reads override_tt_config.
+        gen = container_utils.image_generation(result["image_origin"])
+        skip |= entrypoint.TT_CONFIG_ARGS
+        assert {k: v for k, v in mounted["device_model_spec"]["vllm_args"].items() if k not in skip} == {
+            k: v for k, v in mine.items() if k not in skip
+        }
+        carried = json.loads(mounted["device_model_spec"]["vllm_args"][gen.tt_config_arg])
+        assert (carried["tt"] if gen.tt_config_wrapped else carried) == spec["device_model_spec"]["override_tt_config"]
+        assert set(mounted["device_model_spec"]["vllm_args"]) & entrypoint.TT_CONFIG_ARGS == {gen.tt_config_arg}
         assert "ttfleet" not in mounted
 
 
