@@ -6,8 +6,9 @@
 #   tests/lab/build-image.sh --force        rebuild
 #   tests/lab/build-image.sh --pristine     the pristine machine of `make fresh-check` instead: Debian's minbase with
 #                                           systemd and nothing else (no Python, make, rsync, git or tt-smi)
-#   tests/lab/build-image.sh --standin      the base of the stand-in inference image (tests/lab/serve_image): Debian's
-#                                           minbase with python3 and no documentation (about 45 % of the lab image:
+#   tests/lab/build-image.sh --standin      the base of the lab's inference images (tests/lab/upstream_image): Debian's
+#                                           minbase with python3 and gosu (the media image's docker-entrypoint.sh drops
+#                                           to the user with it) and no documentation (a fraction of the lab image:
 #                                           every scenario loads, saves, pushes or pulls it)
 set -euo pipefail
 
@@ -29,7 +30,7 @@ if [ "$flavour" = lab ]; then
   packages=systemd,systemd-sysv,dbus,python3,python-is-python3,python3-apt,python3-venv,python3-yaml,sudo,iproute2,procps,git,rsync,curl,ca-certificates,util-linux
   repo=ttfleet-lab/debian
 elif [ "$flavour" = standin ]; then
-  packages=python3
+  packages=python3,gosu
   repo=ttfleet-lab/debian-standin
 else
   packages=systemd,systemd-sysv,dbus

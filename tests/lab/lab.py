@@ -12,9 +12,10 @@ one. `up` writes inventories/lab/hosts.yml with one group per device type.
     tests/lab/lab.py provision NAME=DEVICE ...       add the stand-ins to running containers
     tests/lab/lab.py fault NAME --device D [--boards D2] [--firmware V] [--kmd V] [--no-hugepages] [--reset]
     tests/lab/lab.py serve-image --tag IMAGE [--tag IMAGE ...] [--copy NAME:PATH ...]
-                                                     build the stand-in inference image under the given
-                                                     names, `docker save` it (cached) and copy the tarball
-                                                     into running hosts; prints the tarball's path
+                                                     build the lab inference image of each name (upstream's
+                                                     start-up code of its release, tests/lab/upstream_image),
+                                                     `docker save` them (cached) and copy the tarball into
+                                                     running hosts; prints the tarball's path
 """
 import argparse
 import contextlib
@@ -36,7 +37,6 @@ NETWORK = "ttfleet-lab"
 IMAGE_SCRIPT = os.path.join(ROOT, "tests", "lab", "build-image.sh")
 TTIS_REPO_SCRIPT = os.path.join(ROOT, "tests", "lab", "ttis_repo.py")
 TTIS_LAB = os.path.join(ROOT, ".cache", "ttis-lab")
-SERVE_IMAGE_DIR = os.path.join(ROOT, "tests", "lab", "serve_image")
 SERVE_IMAGE_CACHE = os.path.join(ROOT, ".cache", "serve-image")
 # /var/lib/docker of each host's own Docker engine, on the machine's filesystem: inside the container's
 # overlay the engine could only use vfs (a full image copy per container start).
@@ -402,36 +402,253 @@ def cache_lock(name):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+# The lab's inference images (docs/development.md, "The lab's inference images"): per upstream release, its own
+# start-up code from tests/fixtures/ttis/entrypoints with LAB STAND-INs (tests/lab/upstream_image/stubs) for what needs
+# a Tenstorrent device or vLLM.
+UPSTREAM_IMAGE_DIR = os.path.join(ROOT, "tests", "lab", "upstream_image")
+UPSTREAM_STUBS = os.path.join(UPSTREAM_IMAGE_DIR, "stubs")
+ENTRYPOINT_FIXTURES = os.path.join(ROOT, "tests", "fixtures", "ttis", "entrypoints")
+UPSTREAM_BUILD_REPO = "ttfleet-lab/tt-serve-upstream"
+TTIS_IMAGES = "ghcr.io/tenstorrent/tt-inference-server/"
+VLLM_IMAGE_PREFIX = TTIS_IMAGES + "vllm-tt-metal-src-"
+MEDIA_IMAGES = {
+    TTIS_IMAGES + "tt-media-inference-server": "media",
+    TTIS_IMAGES + "tt-media-inference-server-forge": "forge",
+}
+FORGE_OLDEST = (0, 13, 0)  # Dockerfile.forge's layout (venv-worker, run_uvicorn.sh --skip-venv) since v0.13.0
+# The real PyPI packages of the vLLM images (with their dependency closure), copied from the controller's .venv.
+VLLM_IMAGE_PACKAGES = ("huggingface_hub", "requests", "PyJWT", "Jinja2")
+MEDIA_IMAGE_PACKAGES = ("PyJWT",)
+VLLM_STUBS = ("vllm", "transformers", "torch", "numpy", "PIL", "lab_standin.py")
+MEDIA_STUBS = ("lab_standin.py",)
+SITE_PACKAGES = "python_env/lib/python3.11/site-packages"
+_CLOSURE_SCRIPT = r"""
+import importlib.metadata as md, json, sys
+from packaging.requirements import Requirement
+env = {"python_version": "3.11", "python_full_version": "3.11.2", "sys_platform": "linux",
+       "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix", "implementation_name": "cpython",
+       "platform_python_implementation": "CPython", "extra": ""}
+seen, todo = {}, list(sys.argv[1:])
+while todo:
+    dist = md.distribution(todo.pop())
+    key = dist.metadata["Name"].lower().replace("_", "-")
+    if key in seen:
+        continue
+    root = str(dist.locate_file(""))
+    files = sorted(str(f) for f in dist.files or [] if not str(f).startswith("..") and "__pycache__" not in str(f))
+    seen[key] = {"version": dist.version, "root": root, "files": files}
+    for text in dist.requires or []:
+        req = Requirement(text)
+        if req.marker is None or req.marker.evaluate(env):
+            todo.append(req.name)
+print(json.dumps({"python": list(sys.version_info[:2]), "dists": seen}))
+"""
+
+
+def version_tuple(text):
+    """(X, Y, Z) of "X.Y.Z..." (an image tag's leading version), None when it does not start with one."""
+    parts = text.split("-", 1)[0].split(".")
+    if len(parts) < 3 or not all(part.isdigit() for part in parts[:3]):
+        return None
+    return tuple(int(part) for part in parts[:3])
+
+
+def fixture_releases():
+    """{(X, Y, Z): tag} of the entrypoint archives in tests/fixtures/ttis/entrypoints."""
+    releases = {}
+    for path in glob.glob(os.path.join(ENTRYPOINT_FIXTURES, "tt-inference-server-v*-entrypoint.tgz")):
+        tag = os.path.basename(path)[len("tt-inference-server-"):-len("-entrypoint.tgz")]
+        releases[version_tuple(tag[1:])] = tag
+    if not releases:
+        raise SystemExit(f"no tt-inference-server-v*-entrypoint.tgz in {ENTRYPOINT_FIXTURES}: restore the fixtures "
+                         "(git checkout tests/fixtures/ttis/entrypoints)")
+    return releases
+
+
+def image_kind(image):
+    """(kind, upstream tag) of the lab image that stands in for ``image``: vllm, media or forge, and the fixture
+    release at or below the image tag's version (the newest for an image that is not tt-inference-server's)."""
+    releases = fixture_releases()
+    name, _sep, tag = image.rpartition(":")
+    if "/" in tag or not name:
+        name, tag = image, ""
+    kind = "vllm" if name.startswith(VLLM_IMAGE_PREFIX) else MEDIA_IMAGES.get(name)
+    if kind is None:
+        return "vllm", releases[max(releases)]
+    version = version_tuple(tag)
+    if version is None:
+        raise SystemExit(f"{image}: the tag {tag!r} does not start with a release version X.Y.Z; the lab builds "
+                         "tt-inference-server images per release (tag such as 0.14.0-80180b9)")
+    usable = [release for release in releases if release <= version]
+    oldest = releases[min(releases)]
+    if kind == "forge" and version >= FORGE_OLDEST:
+        usable = [release for release in usable if release >= FORGE_OLDEST]
+    elif kind == "forge":
+        raise SystemExit(f"{image}: forge images before v0.13.0 (Dockerfile.forge without venv-worker and --skip-venv) "
+                         "have no lab image; use a forge image of 0.13.0 or later")
+    if not usable:
+        raise SystemExit(f"{image}: release v{'.'.join(map(str, version))} is older than the oldest entrypoint archive "
+                         f"({oldest}) in tests/fixtures/ttis/entrypoints; the lab cannot build its start-up code")
+    chosen = releases[max(usable)]
+    if max(usable) != version:
+        log(f"{image}: no entrypoint archive of v{'.'.join(map(str, version))}, using {chosen} (the newest below it)")
+    return kind, chosen
+
+
+def venv_packages(names):
+    """The dependency closure of ``names`` in the controller's .venv: {name: {version, root, files}}."""
+    python = os.path.join(ROOT, ".venv", "bin", "python")
+    if not os.path.exists(python):
+        raise SystemExit(f"{python} is missing: run `make tools` (the lab images copy PyPI packages from .venv)")
+    proc = subprocess.run([python, "-c", _CLOSURE_SCRIPT, *names], check=False, text=True, capture_output=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"cannot read the packages {', '.join(names)} in .venv ({proc.stderr.strip()[-400:]}): "
+                         "run `make tools` (requirements-dev.txt pins them)")
+    data = json.loads(proc.stdout)
+    if data["python"] != [3, 11]:
+        raise SystemExit(f".venv runs Python {data['python']}, the lab images Debian 12's 3.11: its compiled wheels "
+                         "would not load; recreate .venv with python3.11 (make tools)")
+    return data["dists"]
+
+
+def _extract_release(tag, context):
+    """Upstream's files of ``tag`` into the build context: app/{src,utils,VERSION}, docker-entrypoint.sh, server/,
+    model_spec.json; returns the text of workflows/model_spec.py."""
+    import tarfile
+
+    archive = os.path.join(ENTRYPOINT_FIXTURES, f"tt-inference-server-{tag}-entrypoint.tgz")
+    prefix = f"tt-inference-server-{tag[1:]}/"
+    places = {"vllm-tt-metal/src/": "app/src/", "utils/": "app/utils/", "VERSION": "app/VERSION",
+              "docker-entrypoint.sh": "docker-entrypoint.sh", "tt-media-server/run_uvicorn.sh": "server/run_uvicorn.sh",
+              "workflows/model_spec.py": "workflows/model_spec.py"}
+    with tarfile.open(archive) as tar:
+        for member in tar.getmembers():
+            if not member.isfile() or not member.name.startswith(prefix):
+                continue
+            rel = member.name[len(prefix):]
+            target = next((dst + rel[len(src):] for src, dst in places.items() if rel.startswith(src)), None)
+            if target is None:
+                continue
+            path = os.path.join(context, target)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with tar.extractfile(member) as src_handle, open(path, "wb") as dst_handle:
+                shutil.copyfileobj(src_handle, dst_handle)
+            os.chmod(path, 0o755 if member.mode & 0o111 else 0o644)
+    import gzip
+
+    spec_gz = os.path.join(ENTRYPOINT_FIXTURES, f"model_spec-{tag}.json.gz")
+    with gzip.open(spec_gz) as src_handle, open(os.path.join(context, "model_spec.json"), "wb") as dst_handle:
+        shutil.copyfileobj(src_handle, dst_handle)
+    spec_py = os.path.join(context, "workflows", "model_spec.py")
+    with open(spec_py, encoding="utf-8") as handle:
+        text = handle.read()
+    shutil.rmtree(os.path.join(context, "workflows"))
+    return text
+
+
+def _copy_venv(context, packages, stubs):
+    """The image's venv: pyvenv.cfg, the stand-in bin/activate (and uvicorn), the .venv's packages, the stubs."""
+    venv = os.path.join(context, "python_env")
+    site = os.path.join(context, SITE_PACKAGES)
+    os.makedirs(site)
+    os.makedirs(os.path.join(venv, "bin"))
+    with open(os.path.join(venv, "pyvenv.cfg"), "w", encoding="utf-8") as handle:
+        handle.write("home = /usr/bin\ninclude-system-site-packages = false\nversion = 3.11\n")
+    shutil.copy(os.path.join(UPSTREAM_STUBS, "bin", "activate"), os.path.join(venv, "bin", "activate"))
+    for dist in packages.values():
+        for rel in dist["files"]:
+            src = os.path.join(dist["root"], rel)
+            if os.path.isfile(src):
+                os.makedirs(os.path.dirname(os.path.join(site, rel)), exist_ok=True)
+                shutil.copy(src, os.path.join(site, rel))
+    for name in stubs:
+        src = os.path.join(UPSTREAM_STUBS, name)
+        if os.path.isdir(src):
+            shutil.copytree(src, os.path.join(site, name), ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(src, os.path.join(site, name))
+
+
+def build_context(kind, tag, context):
+    """Fill ``context`` for the lab image of ``kind`` of upstream ``tag``; returns its docker build args."""
+    stubs_dir = os.path.join(UPSTREAM_STUBS)
+    if stubs_dir not in sys.path:
+        sys.path.insert(0, stubs_dir)
+    from lab_standin import tt_config_source
+
+    spec_py = _extract_release(tag, context)
+    shutil.copy(os.path.join(UPSTREAM_IMAGE_DIR, f"Dockerfile.{kind}"), os.path.join(context, "Dockerfile"))
+    args = {"UPSTREAM_TAG": tag}
+    if kind == "vllm":
+        _copy_venv(context, venv_packages(VLLM_IMAGE_PACKAGES), VLLM_STUBS)
+        try:
+            key, member = tt_config_source(spec_py)
+        except ValueError as exc:
+            raise SystemExit(f"{tag}: {exc}") from exc
+        args.update(TT_CONFIG_KEY=key, TT_CONFIG_MEMBER=member or "")
+    else:
+        _copy_venv(context, venv_packages(MEDIA_IMAGE_PACKAGES), MEDIA_STUBS)
+        uvicorn = os.path.join(context, "python_env", "bin", "uvicorn")
+        shutil.copy(os.path.join(UPSTREAM_STUBS, "bin", "uvicorn"), uvicorn)
+    return args
+
+
+def tree_digest(path, extra):
+    """sha256 over every file's relative path, mode bit x and content under ``path``, plus ``extra``."""
+    digest = hashlib.sha256(extra.encode())
+    for folder, dirs, files in os.walk(path):
+        dirs.sort()
+        for name in sorted(files):
+            full = os.path.join(folder, name)
+            with open(full, "rb") as handle:
+                digest.update(f"{os.path.relpath(full, path)}\0{os.access(full, os.X_OK)}\0".encode())
+                digest.update(handle.read())
+    return digest.hexdigest()[:12]
+
+
+def upstream_image(kind, tag, base):
+    """The lab image of ``kind`` for upstream ``tag`` (built when its inputs changed): its build tag."""
+    with tempfile.TemporaryDirectory(prefix="ttfleet-upstream-image.") as context:
+        args = build_context(kind, tag, context)
+        base_id = docker("image", "inspect", "--format", "{{.Id}}", base).stdout.strip()
+        build = tree_digest(context, json.dumps({"base": base_id, "args": args}, sort_keys=True))
+        build_tag = f"{UPSTREAM_BUILD_REPO}:{kind}-{tag}-{build}"
+        if docker("image", "inspect", build_tag, check=False).returncode == 0:
+            return build_tag
+        log(f"building {build_tag} (tt-inference-server {tag} start-up code, {kind} LAB STAND-INs)")
+        started = time.monotonic()
+        argv = ["docker", "build", "-q", "--build-arg", f"BASE={base}", "-t", build_tag]
+        for name, value in sorted(args.items()):
+            argv += ["--build-arg", f"{name}={value}"]
+        proc = subprocess.run([*argv, context], check=False, text=True, capture_output=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"docker build of {build_tag} failed: {proc.stderr.strip()[-2000:]}")
+        log(f"built {build_tag} in {time.monotonic() - started:.1f} s")
+        return build_tag
+
+
 def serve_image(tags):
-    """The stand-in inference image tagged with ``tags``, saved once per content under .cache/serve-image
-    (call it under cache_lock("serve-image"))."""
+    """The lab inference images for the image names ``tags`` (each the lab image of its kind and upstream release),
+    saved together once per content under .cache/serve-image (call it under cache_lock("serve-image"))."""
     base = ensure_image("--standin")
-    base_id = docker("image", "inspect", "--format", "{{.Id}}", base).stdout.strip()
-    digest = hashlib.sha256()
-    for name in sorted(os.listdir(SERVE_IMAGE_DIR)):
-        with open(os.path.join(SERVE_IMAGE_DIR, name), "rb") as handle:
-            digest.update(name.encode() + b"\0" + handle.read() + b"\0")
-    digest.update(base_id.encode())
-    build = digest.hexdigest()[:12]
-    build_tag = f"ttfleet-lab/tt-serve-standin:{build}"
+    builds = {}
+    for image in tags:
+        kind, release = image_kind(image)
+        if (kind, release) not in builds:
+            builds[(kind, release)] = upstream_image(kind, release, base)
+    mapping = {image: builds[image_kind(image)] for image in tags}
     tag_set = hashlib.sha256("\0".join(sorted(tags)).encode()).hexdigest()[:8]
-    tarball = os.path.join(SERVE_IMAGE_CACHE, f"standin-{build}-{tag_set}.tar")
+    content = hashlib.sha256(json.dumps(mapping, sort_keys=True).encode()).hexdigest()[:12]
+    tarball = os.path.join(SERVE_IMAGE_CACHE, f"upstream-{tag_set}-{content}.tar")
     if os.path.exists(tarball):
         return tarball
-    if docker("image", "inspect", build_tag, check=False).returncode != 0:
-        log(f"building {build_tag} (lab stand-in inference server)")
-        proc = subprocess.run(
-            ["docker", "build", "-q", "--build-arg", f"BASE={base}", "-t", build_tag, SERVE_IMAGE_DIR],
-            check=False, text=True, capture_output=True,
-        )
-        if proc.returncode != 0:
-            raise SystemExit(f"docker build of the stand-in failed: {proc.stderr.strip()}")
-    for tag in tags:
-        docker("tag", build_tag, tag)
+    for image, build_tag in mapping.items():
+        docker("tag", build_tag, image)
     os.makedirs(SERVE_IMAGE_CACHE, exist_ok=True)
-    # Tarballs of an older build go; those of this build under other names are other scenarios' (kept).
-    for stale in glob.glob(os.path.join(SERVE_IMAGE_CACHE, "standin-*.tar")):
-        if not os.path.basename(stale).startswith(f"standin-{build}-"):
+    # An older content of this set of names goes (and the single stand-in's tarballs); other sets are other scenarios'.
+    for stale in glob.glob(os.path.join(SERVE_IMAGE_CACHE, f"upstream-{tag_set}-*.tar")) + glob.glob(
+            os.path.join(SERVE_IMAGE_CACHE, "standin-*.tar")):
+        if stale != tarball:
             os.unlink(stale)
     log(f"docker save {' '.join(tags)} -> {os.path.relpath(tarball, ROOT)}")
     docker("save", "--output", tarball + ".tmp", *tags)
@@ -478,7 +695,7 @@ def main():
     fault.add_argument("--no-hugepages", action="store_true", help="unmount /dev/hugepages-1G")
     fault.add_argument("--reset", action="store_true", help="back to the real device's snapshot and mounts")
     fault.set_defaults(func=cmd_fault)
-    image = sub.add_parser("serve-image", help="build, save and copy the stand-in inference image")
+    image = sub.add_parser("serve-image", help="build, save and copy the lab inference images")
     image.add_argument("--tag", action="append", required=True, help="image name to give it (repeatable)")
     image.add_argument("--copy", action="append", metavar="NAME:PATH", help="copy the tarball into a host")
     image.set_defaults(func=cmd_serve_image)

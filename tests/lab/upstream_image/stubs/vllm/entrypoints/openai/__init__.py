@@ -1,0 +1,1 @@
+"""LAB STAND-IN (tests only) for vllm.entrypoints.openai."""
