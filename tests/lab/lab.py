@@ -631,12 +631,9 @@ def serve_image(tags):
     """The lab inference images for the image names ``tags`` (each the lab image of its kind and upstream release),
     saved together once per content under .cache/serve-image (call it under cache_lock("serve-image"))."""
     base = ensure_image("--standin")
-    builds = {}
-    for image in tags:
-        kind, release = image_kind(image)
-        if (kind, release) not in builds:
-            builds[(kind, release)] = upstream_image(kind, release, base)
-    mapping = {image: builds[image_kind(image)] for image in tags}
+    kinds = {image: image_kind(image) for image in tags}
+    builds = {key: upstream_image(*key, base) for key in sorted(set(kinds.values()))}
+    mapping = {image: builds[kinds[image]] for image in tags}
     tag_set = hashlib.sha256("\0".join(sorted(tags)).encode()).hexdigest()[:8]
     content = hashlib.sha256(json.dumps(mapping, sort_keys=True).encode()).hexdigest()[:12]
     tarball = os.path.join(SERVE_IMAGE_CACHE, f"upstream-{tag_set}-{content}.tar")
