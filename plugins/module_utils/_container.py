@@ -25,8 +25,10 @@ from typing import TYPE_CHECKING
 from ansible_collections.ttfleet.inference.plugins.module_utils._entrypoint import (
     TT_CONFIG_ARGS,
     Generation,
+    check_carried,
     encode_tt_config,
     generation,
+    json_arguments,
     tt_config_of,
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._images import ImageError, map_image
@@ -256,14 +258,19 @@ def image_generation(image: str) -> Generation:
     return generation(None)
 
 
+def _version_label(image: str) -> str:
+    """The version an image's tag starts with, as text (``unknown`` for ``latest`` and the like)."""
+    version = parse_image_version(image.rsplit("@", 1)[0])
+    return ".".join(map(str, version)) if version else "unknown"
+
+
 def _check_media_tuning(tuning: Mapping[str, Any], derived: Mapping[str, Any], image: str) -> None:
     """Refuse tuning a media or forge image cannot take: it starts tt-media-server with MODEL, DEVICE and its
     environment, and of the vLLM arguments only max_num_seqs and max_model_len reach it (as MAX_NUM_SEQS and
     MAX_MODEL_LENGTH). run.py accepts the rest and drops it without a word."""
-    version = parse_image_version(image.rsplit("@", 1)[0])
     where = (
         f"{derived['model_name']} on {derived['device']} ({derived['inference_engine']} image {image}, version "
-        f"{'.'.join(map(str, version)) if version else 'unknown'})"
+        f"{_version_label(image)})"
     )
     tt_config = tuning.get("override_tt_config") or {}
     if tt_config:
@@ -385,7 +392,7 @@ def _dev_mounts(
     return mounts, spec_in_container
 
 
-def _runtime_model_spec(spec: Mapping[str, Any], port: int, gen: Generation) -> JSON:
+def _runtime_model_spec(spec: Mapping[str, Any], port: int, gen: Generation, image_version: str) -> JSON:
     """The spec as run.py --dev-mode writes it for the container (ModelSpec.apply_overrides: port).
 
     Its TT config is under the argument the image's generation reads (``gen``): the mounted spec replaces the image's
@@ -400,8 +407,13 @@ def _runtime_model_spec(spec: Mapping[str, Any], port: int, gen: Generation) -> 
             mapping["env_vars"] = drop_reserved(mapping["env_vars"])
     vllm_args = dict(dms.get("vllm_args") or {})
     if set(vllm_args) & TT_CONFIG_ARGS != {gen.tt_config_arg}:
+        where = f"{runtime.get('model_name')} on {str(runtime.get('device_type')).lower()}"
+        try:
+            check_carried(where, vllm_args, gen, image_version)
+        except ValueError as exc:
+            raise SpecError(str(exc)) from None
         vllm_args = encode_tt_config(vllm_args, tt_config_of(vllm_args, dms.get("override_tt_config")), gen)
-    dms["vllm_args"] = {**vllm_args, "port": str(port)}
+    dms["vllm_args"] = {**json_arguments(vllm_args), "port": str(port)}
     runtime["device_model_spec"] = dms
     return runtime
 
@@ -544,7 +556,7 @@ def container_command(
     if dev:
         mounts, env["RUNTIME_MODEL_SPEC_JSON_PATH"] = _dev_mounts(catalog, spec, derived, rules, runtime_spec_file)
         argv += mounts
-        runtime_model_spec = {"runtime_model_spec": _runtime_model_spec(run_spec, port, gen)}
+        runtime_model_spec = {"runtime_model_spec": _runtime_model_spec(run_spec, port, gen, _version_label(image))}
     elif engine == "vLLM" and (
         runtime_source
         or needs_runtime_spec(tuning)
@@ -561,7 +573,7 @@ def container_command(
         spec_path = _absolute_path(runtime_spec_file, "runtime_spec_file", mount=True)
         env["RUNTIME_MODEL_SPEC_JSON_PATH"] = f"{DEV_SPEC_DIR}/{posixpath.basename(spec_path)}"
         argv += ["--mount", f"type=bind,src={spec_path},dst={env['RUNTIME_MODEL_SPEC_JSON_PATH']},readonly"]
-        runtime_model_spec = {"runtime_model_spec": _runtime_model_spec(run_spec, port, gen)}
+        runtime_model_spec = {"runtime_model_spec": _runtime_model_spec(run_spec, port, gen, _version_label(image))}
     for key, value in env.items():
         if value:
             argv += ["-e", f"{key}={value}"]

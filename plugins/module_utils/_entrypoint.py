@@ -96,6 +96,37 @@ def tt_config_of(vllm_args: Mapping[str, Any], override_tt_config: object) -> JS
     return dict(override_tt_config) if isinstance(override_tt_config, dict) else {}
 
 
+def check_carried(where: str, vllm_args: Mapping[str, Any], gen: Generation, version: str) -> None:
+    """Refuse a spec whose TT config argument holds more than ``{"tt": ...}`` for an image that reads another one.
+
+    ``additional_config`` and ``plugin_config`` are vLLM's own settings, of which the TT config is one member; an image
+    that reads ``override_tt_config`` (or the other name) has nowhere to put the rest.
+    """
+    for name in sorted(TT_CONFIG_ARGS - {gen.tt_config_arg, "override_tt_config"}):
+        text = vllm_args.get(name)
+        try:
+            value = json.loads(text) if isinstance(text, str) else text
+        except ValueError:
+            value = None
+        others = sorted(set(value) - {"tt"}) if isinstance(value, dict) else []
+        if others or (text not in (None, "") and not isinstance(value, dict)):
+            raise ValueError(
+                f"{where}: vllm_args.{name} holds {others or [text]!r} besides the TT config, which an image of "
+                f"{version} cannot carry: its vLLM reads the TT config from --{gen.tt_config_arg} and has no "
+                f"--{name}. Serve an image of a release whose vLLM reads {name} (0.16.0 or later for "
+                "additional_config), or keep only the TT config in it."
+            )
+
+
+def json_arguments(vllm_args: Mapping[str, Any]) -> JSON:
+    """``vllm_args`` with each mapping or list value as its JSON text.
+
+    Every entrypoint renders a value with ``str()``, which turns a mapping into Python's repr (single quotes, True),
+    text vLLM cannot parse; JSON text passes through unchanged.
+    """
+    return {key: json.dumps(value) if isinstance(value, (dict, list)) else value for key, value in vllm_args.items()}
+
+
 def encode_tt_config(vllm_args: Mapping[str, Any], tt_config: Mapping[str, Any], gen: Generation) -> JSON:
     """``vllm_args`` with the TT config under the argument ``gen``'s vLLM reads, and no other TT config argument.
 

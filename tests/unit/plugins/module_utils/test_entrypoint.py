@@ -210,3 +210,32 @@ def test_tuning_a_media_image_cannot_take_is_refused(v20, entry, device, match):
 def test_media_images_take_the_mirrored_arguments(v20):
     _spec, result = command(v20, {"name": "whisper-large-v3", "vllm_override_args": {"max_num_seqs": 2}}, "p150")
     assert "MAX_NUM_SEQS=2" in result["argv"]
+
+
+# What a spec carries that an image cannot.
+
+
+def test_mapping_arguments_reach_the_entrypoint_as_json(v20):
+    speculative = {"method": "ngram", "num_speculative_tokens": 4}
+    entry = {"name": "Llama-3.2-1B-Instruct", "vllm_override_args": {"speculative_config": speculative}}
+    _spec, result = command(v20, entry, "n150")
+    # The 0.11.1 entrypoint appends str(value): JSON text stays JSON, a dict would become Python's repr.
+    assert json.loads(mounted_args(result)["speculative_config"]) == speculative
+
+
+def test_other_vllm_settings_in_additional_config_are_refused_for_an_older_image(v20):
+    spec = spec_utils.select_entry(v20, {"name": "Llama-3.2-1B-Instruct"}, "n150")[0]
+    spec["device_model_spec"]["vllm_args"]["additional_config"] = json.dumps({"tt": {}, "kv_offload": True})
+    spec["device_model_spec"]["override_tt_config"] = {}
+    with pytest.raises(
+        SpecError,
+        match=r"Llama-3.2-1B-Instruct on n150: vllm_args.additional_config holds \['kv_offload'\] besides the TT "
+        r"config, which an image of 0.11.1 cannot carry: its vLLM reads the TT config from --override_tt_config",
+    ):
+        container_utils.container_command(
+            spec,
+            {"release_version": "0.20.0"},
+            volume_root="/srv/tt",
+            runtime_spec_file=SPEC_FILE,
+            tuning={"override_tt_config": {}, "vllm_override_args": {}, "env": {"X": "1"}},
+        )

@@ -136,8 +136,9 @@ def test_spec_matches_runpy(v20, case):
         # The TT config in the words of the image's release (issue 30): a 0.11.1 image reads override_tt_config.
         gen = container_utils.image_generation(result["image_origin"])
         skip |= entrypoint.TT_CONFIG_ARGS
+        # Mappings and lists as their JSON text, which every entrypoint passes on unchanged (str() of a dict is not).
         assert {k: v for k, v in mounted["device_model_spec"]["vllm_args"].items() if k not in skip} == {
-            k: v for k, v in mine.items() if k not in skip
+            k: v for k, v in entrypoint.json_arguments(mine).items() if k not in skip
         }
         carried = json.loads(mounted["device_model_spec"]["vllm_args"][gen.tt_config_arg])
         assert (carried["tt"] if gen.tt_config_wrapped else carried) == spec["device_model_spec"]["override_tt_config"]
