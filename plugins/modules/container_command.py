@@ -130,7 +130,10 @@ options:
         E(MAX_NUM_SEQS) and E(MAX_MODEL_LENGTH), which media and forge images read.
       - As from run.py v0.17.0, a vLLM container gets each key as an argument (C(--max-num-seqs 8); V(true) a bare
         flag, V(false) and V(null) none, a list or mapping its JSON). A removal or a V(false) cannot be said that way,
-        so then the container also gets the resolved spec (O(runtime_spec_file)).
+        so then the container also gets the resolved spec (O(runtime_spec_file)). So does an image of 0.11.x, whose
+        entrypoint appends the spec's own arguments after the container's, where they would win.
+      - A media or forge image reads only V(max_num_seqs) and V(max_model_len); any other key is refused, naming the
+        model, the image version and the key.
       - Keys that the container wrapper takes itself (C(model), C(tt-device), C(device), C(engine), C(impl),
         C(no-auth), C(disable-trace-capture), C(service-port), C(port), C(host), in either C(_) or C(-) form) are
         refused, as are values that are not JSON; run.py only warns and drops them.
@@ -138,10 +141,13 @@ options:
   override_tt_config:
     description:
       - TT configuration to merge into the spec's C(override_tt_config) (C(run.py --override-tt-config)), a mapping or
-        its JSON text; a V(null) removes a key. It becomes C(vllm_args.additional_config), under the key C(tt).
+        its JSON text; a V(null) removes a key.
       - run.py v0.20.0 merges it only in its own process, so it never reaches a docker-server container. Here a vLLM
         container gets the resolved spec (O(runtime_spec_file)), which its entrypoint reads instead of the image's
-        catalog, so the setting takes effect.
+        catalog, so the setting takes effect. The spec says it the way the image's release reads it: as
+        C(vllm_args.override_tt_config) for images up to 0.14.x, C(plugin_config) with the key C(tt) for 0.15.x, and
+        C(additional_config) with the key C(tt) from 0.16.0 (docs/model-packages.md, "What reaches vLLM").
+      - Media and forge images read no TT config; it is refused for them.
     type: raw
   env:
     description:
