@@ -144,7 +144,7 @@ options:
         its JSON text; a V(null) removes a key.
       - run.py v0.20.0 merges it only in its own process, so it never reaches a docker-server container. Here a vLLM
         container gets the resolved spec (O(runtime_spec_file)), which its entrypoint reads instead of the image's
-        catalog, so the setting takes effect. The spec says it the way the image's release reads it: as
+        catalog, so the setting takes effect. The spec says it the way the image's release reads it, as
         C(vllm_args.override_tt_config) for images up to 0.14.x, C(plugin_config) with the key C(tt) for 0.15.x, and
         C(additional_config) with the key C(tt) from 0.16.0 (docs/model-packages.md, "What reaches vLLM").
       - Media and forge images read no TT config; it is refused for them.
