@@ -624,6 +624,12 @@ def upstream_image(kind, tag, base):
         if proc.returncode != 0:
             raise SystemExit(f"docker build of {build_tag} failed: {proc.stderr.strip()[-2000:]}")
         log(f"built {build_tag} in {time.monotonic() - started:.1f} s")
+        # Older builds of this kind and release lose their build tag (an image still named by a spec's tag stays).
+        listed = docker("image", "ls", "--format", "{{.Repository}}:{{.Tag}}", UPSTREAM_BUILD_REPO).stdout.split()
+        prefix = f"{UPSTREAM_BUILD_REPO}:{kind}-{tag}-"
+        stale = [name for name in listed if name.startswith(prefix) and name != build_tag]
+        if stale:
+            docker("image", "rm", *stale, check=False)
         return build_tag
 
 
