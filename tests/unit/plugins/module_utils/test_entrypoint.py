@@ -95,19 +95,23 @@ def test_image_generation_reads_tt_inference_server_tags_only(image, label):
 
 
 @pytest.mark.broke30("tt-config")
-def test_tt_config_reaches_a_0_11_image_in_its_own_words(v20):
-    entry = {"name": "Qwen3-32B", "override_tt_config": {"trace_region_size": 123456}}
-    _spec, result = command(v20, entry, "galaxy")
-    assert result["image"].split(":")[1].startswith("0.11.1")
+@pytest.mark.parametrize(
+    "name, device, version",
+    [
+        # The catalog's TT config goes with the operator's (Qwen3-32B on galaxy: worker_l1_size, fabric_config, ...).
+        ("Qwen3-32B", "galaxy", "0.11.1"),
+        ("Qwen3-VL-32B-Instruct", "t3k", "0.14.0"),
+    ],
+)
+def test_tt_config_reaches_an_older_image_in_its_own_words(v20, name, device, version):
+    entry = {"name": name, "override_tt_config": {"trace_region_size": 123456}}
+    _spec, result = command(v20, entry, device)
+    assert result["image"].split(":")[1].startswith(version)
     args = mounted_args(result)
     assert "additional_config" not in args and "plugin_config" not in args
-    carried = json.loads(args["override_tt_config"])
-    catalog_tt = spec_utils.select_spec(spec_utils.catalog_from_data(v20, "spec_file"), "Qwen3-32B", "galaxy")[
-        "device_model_spec"
-    ]["override_tt_config"]
-    # The operator's value, and the catalog's own keys (Qwen3-32B on galaxy: worker_l1_size, fabric_config, ...).
-    assert carried == {**catalog_tt, "trace_region_size": 123456}
-    assert {"worker_l1_size", "fabric_config"} <= set(carried)
+    catalog = spec_utils.catalog_from_data(v20, "spec_file")
+    catalog_tt = spec_utils.select_spec(catalog, name, device)["device_model_spec"]["override_tt_config"]
+    assert json.loads(args["override_tt_config"]) == {**catalog_tt, "trace_region_size": 123456}
 
 
 @pytest.mark.broke30("tt-config")
@@ -117,16 +121,6 @@ def test_env_alone_keeps_the_catalogs_tt_config_on_a_0_11_image(v20):
     carried = json.loads(mounted_args(result)["override_tt_config"])
     assert carried == spec["device_model_spec"]["override_tt_config"]
     assert carried.get("fabric_config")
-
-
-@pytest.mark.broke30("tt-config")
-def test_tt_config_reaches_a_0_14_image_in_its_own_words(v20):
-    entry = {"name": "Qwen3-VL-32B-Instruct", "override_tt_config": {"trace_region_size": 5000}}
-    _spec, result = command(v20, entry, "t3k")
-    assert result["image"].split(":")[1].startswith("0.14.0")
-    args = mounted_args(result)
-    assert json.loads(args["override_tt_config"]) == {"trace_region_size": 5000}
-    assert "additional_config" not in args
 
 
 @pytest.mark.broke30("tt-config")
