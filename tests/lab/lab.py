@@ -409,12 +409,10 @@ UPSTREAM_IMAGE_DIR = os.path.join(ROOT, "tests", "lab", "upstream_image")
 UPSTREAM_STUBS = os.path.join(UPSTREAM_IMAGE_DIR, "stubs")
 ENTRYPOINT_FIXTURES = os.path.join(ROOT, "tests", "fixtures", "ttis", "entrypoints")
 UPSTREAM_BUILD_REPO = "ttfleet-lab/tt-serve-upstream"
-TTIS_IMAGES = "ghcr.io/tenstorrent/tt-inference-server/"
-VLLM_IMAGE_PREFIX = TTIS_IMAGES + "vllm-tt-metal-src-"
-MEDIA_IMAGES = {
-    TTIS_IMAGES + "tt-media-inference-server": "media",
-    TTIS_IMAGES + "tt-media-inference-server-forge": "forge",
-}
+# By the repository's last path component, whatever the registry or path: ghcr.io/tenstorrent/tt-inference-server/vllm-...,
+# ghcr.io/tenstorrent/tt-media-inference-server, ghcr.io/tenstorrent/tt-shield/tt-media-inference-server-forge, a mirror.
+VLLM_IMAGE_PREFIX = "vllm-tt-metal-src-"
+MEDIA_IMAGES = {"tt-media-inference-server": "media", "tt-media-inference-server-forge": "forge"}
 FORGE_OLDEST = (0, 13, 0)  # Dockerfile.forge's layout (venv-worker, run_uvicorn.sh --skip-venv) since v0.13.0
 # The real PyPI packages of the vLLM images (with their dependency closure), copied from the controller's .venv.
 VLLM_IMAGE_PACKAGES = ("huggingface_hub", "requests", "PyJWT", "Jinja2")
@@ -472,7 +470,8 @@ def image_kind(image):
     name, _sep, tag = image.rpartition(":")
     if "/" in tag or not name:
         name, tag = image, ""
-    kind = "vllm" if name.startswith(VLLM_IMAGE_PREFIX) else MEDIA_IMAGES.get(name)
+    repository = name.rsplit("/", 1)[-1]
+    kind = "vllm" if repository.startswith(VLLM_IMAGE_PREFIX) else MEDIA_IMAGES.get(repository)
     if kind is None:
         return "vllm", releases[max(releases)]
     version = version_tuple(tag)
