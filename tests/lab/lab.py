@@ -409,8 +409,9 @@ UPSTREAM_IMAGE_DIR = os.path.join(ROOT, "tests", "lab", "upstream_image")
 UPSTREAM_STUBS = os.path.join(UPSTREAM_IMAGE_DIR, "stubs")
 ENTRYPOINT_FIXTURES = os.path.join(ROOT, "tests", "fixtures", "ttis", "entrypoints")
 UPSTREAM_BUILD_REPO = "ttfleet-lab/tt-serve-upstream"
-# By the repository's last path component, whatever the registry or path: ghcr.io/tenstorrent/tt-inference-server/vllm-...,
-# ghcr.io/tenstorrent/tt-media-inference-server, ghcr.io/tenstorrent/tt-shield/tt-media-inference-server-forge, a mirror.
+# The kind by the repository's last path component, whatever the registry or path before it:
+# ghcr.io/tenstorrent/tt-inference-server/vllm-..., ghcr.io/tenstorrent/tt-media-inference-server,
+# ghcr.io/tenstorrent/tt-shield/tt-media-inference-server-forge, a site mirror's name.
 VLLM_IMAGE_PREFIX = "vllm-tt-metal-src-"
 MEDIA_IMAGES = {"tt-media-inference-server": "media", "tt-media-inference-server-forge": "forge"}
 FORGE_OLDEST = (0, 13, 0)  # Dockerfile.forge's layout (venv-worker, run_uvicorn.sh --skip-venv) since v0.13.0
