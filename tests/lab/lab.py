@@ -569,6 +569,22 @@ def _copy_venv(context, packages, stubs):
             shutil.copy(src, os.path.join(site, name))
 
 
+def media_model_names(catalog):
+    """{model_name: hf_model_repo} of the media and forge specs of a release's catalog (what tt-media-server lists)."""
+    names = {}
+
+    def walk(node):
+        if isinstance(node, dict):
+            if node.get("inference_engine") in ("media", "forge") and node.get("model_name"):
+                names[node["model_name"]] = node.get("hf_model_repo") or node["model_name"]
+                return
+            for value in node.values():
+                walk(value)
+
+    walk(catalog)
+    return names
+
+
 def build_context(kind, tag, context):
     """Fill ``context`` for the lab image of ``kind`` of upstream ``tag``; returns its docker build args."""
     stubs_dir = os.path.join(UPSTREAM_STUBS)
@@ -590,6 +606,10 @@ def build_context(kind, tag, context):
         _copy_venv(context, venv_packages(MEDIA_IMAGE_PACKAGES), MEDIA_STUBS)
         uvicorn = os.path.join(context, "python_env", "bin", "uvicorn")
         shutil.copy(os.path.join(UPSTREAM_STUBS, "bin", "uvicorn"), uvicorn)
+        with open(os.path.join(context, "model_spec.json"), encoding="utf-8") as handle:
+            names = media_model_names(json.load(handle))
+        with open(os.path.join(context, SITE_PACKAGES, "lab-media-models.json"), "w", encoding="utf-8") as handle:
+            json.dump(names, handle, indent=1, sort_keys=True)
     return args
 
 

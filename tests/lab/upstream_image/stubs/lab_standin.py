@@ -190,8 +190,9 @@ def _answer(model: str, prompt: str) -> tuple[str, str]:
     return digest, f"lab stand-in {model}: {digest}"
 
 
-def serve(host: str, port: int, models: list[str], api_key: str | None, record: Json, prefix: str) -> int:
-    """Serve until SIGTERM (exit status 0)."""
+def serve(host: str, port: int, models: list[str], api_key: str | None, record: Json, prefix: str,
+          open_models: bool = False) -> int:
+    """Serve until SIGTERM (exit status 0); ``open_models``: GET /v1/models needs no key."""
     hooks = Hooks()
     record_body = json.dumps(record, sort_keys=True).encode()
 
@@ -221,7 +222,7 @@ def serve(host: str, port: int, models: list[str], api_key: str | None, record: 
             elif path == "/lab/config":
                 self._send(200, None, record_body)
             elif path == "/v1/models":
-                if self._authorised():
+                if open_models or self._authorised():
                     data = [{"id": name, "object": "model", "owned_by": "lab"} for name in models]
                     self._send(200, {"object": "list", "data": data})
             else:
