@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """What run.py's own path gives a model's vLLM start, computed by upstream's code, and a check of a recorded start.
 
 For the lab's molecule scenarios (issue 30): an instance's recorded start (GET /lab/config of the lab's inference image,
@@ -97,7 +97,7 @@ def from_image_catalog(model: str, device: str, tag: str, args: argparse.Namespa
         if repo.split("/")[-1] != short:
             continue
         engines = devices.get(device.upper()) or {}
-        specs = [spec for spec in (engines.get("vLLM") or {}).values()]
+        specs = list((engines.get("vLLM") or {}).values())
         specs = [spec for spec in specs if spec["device_model_spec"].get("default_impl")] or specs
         if specs:
             dms = specs[0]["device_model_spec"]
