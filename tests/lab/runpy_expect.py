@@ -68,7 +68,10 @@ print(json.dumps({
 def from_release(model: str, device: str, args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory(prefix="runpy-expect-") as work:
         with tarfile.open(RELEASE_ARCHIVE) as archive:
-            archive.extractall(work, filter="data")
+            if hasattr(tarfile, "data_filter"):  # Python 3.11.4 and later
+                archive.extractall(work, filter="data")
+            else:
+                archive.extractall(work)
         (checkout,) = [os.path.join(work, name) for name in os.listdir(work)]
         # upstream's workflows/utils.py looks for the repository root (a .git) while it is imported.
         os.mkdir(os.path.join(checkout, ".git"))

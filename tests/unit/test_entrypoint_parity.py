@@ -20,9 +20,9 @@ import os
 import re
 import subprocess
 import sys
-import tarfile
 
 import pytest
+from unit_helpers import unpack
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _entrypoint as entrypoint
 from ansible_collections.ttfleet.inference.plugins.module_utils._spec import parse_version_tuple
@@ -51,8 +51,7 @@ def checkouts(tmp_path_factory):
     root = tmp_path_factory.mktemp("entrypoints")
     out = {}
     for tag in ARCHIVED:
-        with tarfile.open(os.path.join(ARCHIVES, f"tt-inference-server-{tag}-entrypoint.tgz")) as archive:
-            archive.extractall(root / tag, filter="data")
+        unpack(os.path.join(ARCHIVES, f"tt-inference-server-{tag}-entrypoint.tgz"), root / tag)
         (top,) = list((root / tag).iterdir())
         out[tag] = top
     return out

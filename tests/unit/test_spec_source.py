@@ -16,11 +16,11 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import venv
 
 import pytest
 from conftest import patch_module_args
+from unit_helpers import unpack as unpack_archive
 from unit_helpers import with_hardening
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _spec as spec_utils
@@ -39,11 +39,7 @@ PYTHON_HINT = "Python >= 3.10 and PyYAML"
 
 def unpack(tag, dest):
     """The release archive of ``tag`` unpacked under ``dest``: the checkout, with no .git."""
-    with tarfile.open(os.path.join(FIXTURES, "ttis", f"tt-inference-server-{tag}-subset.tgz")) as archive:
-        if hasattr(tarfile, "data_filter"):
-            archive.extractall(dest, filter="data")
-        else:
-            archive.extractall(dest)
+    unpack_archive(os.path.join(FIXTURES, "ttis", f"tt-inference-server-{tag}-subset.tgz"), dest)
     checkout = os.path.join(str(dest), f"tt-inference-server-{tag[1:]}")
     assert not os.path.exists(os.path.join(checkout, ".git"))
     return checkout
