@@ -14,6 +14,14 @@ Origins, peers and instance ports may be hostile or broken. Everything that talk
   (pagination) alike. Hugging Face's CDN redirects (another host, a signed URL) still work: only the credentials
   stay behind.
 - ``printable``: untrusted text (file names, error bodies, states read from hosts) made safe for a terminal.
+- ``proxy_for``: the one rule for HTTP(S) proxies, the way urllib and ``ansible.module_utils.urls`` read the environment
+  (``https_proxy``/``HTTPS_PROXY``, ``http_proxy``/``HTTP_PROXY``, ``no_proxy``/``NO_PROXY``; lowercase wins). Origin
+  clients (the Hub, S3, registries, kernel stores) pass ``use_proxy=True``; peers and instance ports stay direct. An
+  https origin is reached through a CONNECT tunnel, so TLS runs end to end and its credentials never reach the proxy;
+  the proxy's own credentials go in ``Proxy-Authorization`` (on CONNECT only, for https). An http origin is asked in
+  absolute form through the proxy, and a request to it that carries credentials is refused (they would cross the
+  proxy in the clear). A proxy that is unreachable, stalls, lies or answers CONNECT with garbage is a ``ProxyError``
+  naming the proxy (its password masked), under the same deadlines as any other call.
 
 A protocol error (``http.client.HTTPException``, a reset, a timeout, a TLS error) is a ``NetError`` naming the
 origin and the request; callers count it as a failure.
@@ -21,8 +29,11 @@ origin and the request; callers count it as a failure.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import http.client
+import ipaddress
+import os
 import re
 import socket
 import ssl
@@ -77,6 +88,13 @@ class NetError(Exception):
     """A network call that failed: refused, too slow, too large, or not speaking the protocol."""
 
 
+class ProxyError(NetError, OSError):
+    """A proxy that is misconfigured, unreachable, stalls or breaks the protocol; or a request it must not carry.
+
+    An OSError too, so that every caller that counts a failed connection counts this one; ``describe`` keeps its
+    message, which names the proxy (never its password) rather than the origin."""
+
+
 def printable(text: object, limit: int = 512) -> str:
     """``text`` with control characters (ESC, OSC, CR, LF, C1, bidi overrides) shown as escapes, cut at ``limit``."""
     text = "" if text is None else str(text)
@@ -119,6 +137,8 @@ class Deadline:
         self.stall = float(stall)
         self.what = what
         self.expired = False
+        # The proxy (masked) the last connection of this operation went through; describe() names it.
+        self.via: str | None = None
 
     @classmethod
     def for_size(
@@ -154,6 +174,138 @@ class Deadline:
         return NetError(f"{self.what} stalled: no data for {self.stall:.0f} s{where}")
 
 
+# The proxy variables of each origin scheme, as urllib reads them (lowercase first: it wins when both are set).
+PROXY_VARIABLES = {"http": ("http_proxy", "HTTP_PROXY"), "https": ("https_proxy", "HTTPS_PROXY")}
+NO_PROXY_VARIABLES = ("no_proxy", "NO_PROXY")
+
+
+def _setting(environ: Mapping[str, str], names: tuple[str, str]) -> tuple[str, str] | None:
+    """``(variable, value)`` of the first of ``names`` that is set, lowercase first, as urllib's
+    ``getproxies_environment`` reads them: a lowercase variable set to the empty string turns the setting off."""
+    for name in names:
+        if name in environ:
+            value = environ[name].strip()
+            return (name, value) if value else None
+    return None
+
+
+def mask_proxy(value: str) -> str:
+    """``value`` (a proxy URL) with its password replaced by ``***``: ``http://user:***@proxy:3128``."""
+    scheme, sep, rest = value.partition("://")
+    if not sep:
+        scheme, rest = "", value
+    netloc, slash, path = rest.partition("/")
+    if "@" in netloc:
+        userinfo, _at, hostport = netloc.rpartition("@")
+        user = userinfo.partition(":")[0]
+        netloc = f"{user}:***@{hostport}"
+    return printable(f"{scheme}{sep}{netloc}{slash}{path}", 200)
+
+
+class Proxy:
+    """An HTTP proxy read from ``variable``; ``shown`` is its URL with the password masked (what messages use)."""
+
+    def __init__(self, variable: str, value: str) -> None:
+        self.variable = variable
+        self.shown = mask_proxy(value)
+        text = value if "://" in value else "http://" + value  # urllib and curl read "host:port" as http
+        parts = urllib.parse.urlsplit(text)
+        fix = f"set {variable} to http://[user:password@]host:port"
+        if parts.scheme.lower() != "http":
+            raise ProxyError(
+                f"{variable} is {self.shown}, a {parts.scheme} proxy; only http:// proxies are supported (https "
+                f"origins still run TLS end to end through them): {fix}"
+            )
+        try:
+            port = parts.port
+        except ValueError:
+            raise ProxyError(f"{variable} is {self.shown}, whose port is not a number from 0 to 65535: {fix}") from None
+        if not parts.hostname:
+            raise ProxyError(f"{variable} is {self.shown}, which names no host: {fix}")
+        self.host = parts.hostname
+        self.port = port or 80
+        self.authorization = None
+        if parts.username is not None:
+            user = urllib.parse.unquote(parts.username)
+            password = urllib.parse.unquote(parts.password or "")
+            self.authorization = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+
+    def headers(self) -> dict[str, str]:
+        """The header that carries the proxy's own credentials, if it has any."""
+        return {"Proxy-Authorization": self.authorization} if self.authorization else {}
+
+    def __repr__(self) -> str:
+        return f"Proxy({self.shown!r} from {self.variable})"
+
+    def failure(self, target: str, exc: BaseException, deadline: Deadline | None) -> ProxyError:
+        """The ProxyError of a connection through this proxy to ``target`` (host:port) that failed before the origin
+        was reached."""
+        if isinstance(exc, ProxyError):
+            return exc
+        fix = f"check {self.variable} and that the proxy runs, or list {target.rpartition(':')[0]} in NO_PROXY"
+        head = f"the proxy {self.shown} ({self.variable}), on the way to {target},"
+        if deadline is not None and deadline.expired:
+            return ProxyError(f"{head} did not finish within the {deadline.total:.0f} s limit ({deadline.what}); {fix}")
+        if isinstance(exc, (socket.timeout, TimeoutError)):
+            stall = f"{deadline.stall:.0f} s" if deadline is not None else "the stall limit"
+            return ProxyError(f"{head} stalled: no data for {stall}; {fix}")
+        if isinstance(exc, http.client.HTTPException):
+            return ProxyError(f"{head} broke the HTTP protocol ({type(exc).__name__}: {printable(exc, 200)}); {fix}")
+        text = str(exc)
+        if text.startswith("Tunnel connection failed: "):
+            answer = printable(text.partition(": ")[2], 200)
+            hint = "; check the user and password in " + self.variable if answer.startswith("407") else ""
+            return ProxyError(f"{head} refused the tunnel: HTTP {answer}{hint}; {fix}")
+        return ProxyError(f"{head} failed: {type(exc).__name__}: {printable(exc, 200)}; {fix}")
+
+
+def bypasses(host: str, port: int | None, no_proxy: str) -> bool:
+    """Whether ``host`` (port ``port``) matches an entry of ``no_proxy`` (a NO_PROXY value): ``*``; a host name that
+    is the host or a domain it is in (``example.com`` and ``.example.com`` both match ``example.com`` and
+    ``a.example.com``, as in urllib); any of these with ``:port``; an IP address; a network in CIDR form."""
+    host = host.lower().strip("[]").rstrip(".")
+    try:
+        address: ipaddress.IPv4Address | ipaddress.IPv6Address | None = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    for raw in no_proxy.split(","):
+        entry = raw.strip().lower()
+        if entry == "*":
+            return True
+        name, sep, entry_port = entry.rpartition(":")
+        if sep and entry_port.isdigit() and (":" not in name or name.endswith("]")):
+            if int(entry_port) != port:
+                continue
+            entry = name
+        entry = entry.strip("[]").rstrip(".")
+        if not entry:
+            continue
+        if address is not None:
+            with contextlib.suppress(ValueError):
+                if address in ipaddress.ip_network(entry, strict=False):
+                    return True
+            continue
+        entry = entry.lstrip(".")
+        if host == entry or host.endswith("." + entry):
+            return True
+    return False
+
+
+def proxy_for(url: str, environ: Mapping[str, str] | None = None) -> Proxy | None:
+    """The proxy that ``url`` goes through under ``environ`` (default: this process's environment), or None for a
+    direct connection. A proxy variable that cannot be used is a ProxyError naming it, its password masked."""
+    environ = os.environ if environ is None else environ
+    scheme, host, port = origin(url)
+    names = PROXY_VARIABLES.get(scheme)
+    setting = _setting(environ, names) if names else None
+    if setting is None:
+        return None
+    no_proxy = _setting(environ, NO_PROXY_VARIABLES)
+    if no_proxy is not None and bypasses(host, port, no_proxy[1]):
+        return None
+    return Proxy(*setting)
+
+
 class _Watchdog:
     """Shuts a socket down when its deadline passes, whatever read or write it is blocked in."""
 
@@ -180,18 +332,70 @@ def watch(sock: socket.socket, deadline: Deadline) -> _Watchdog:
 
 
 class _Watched(_ConnectionBase):
-    """Mixin for http.client connections: arm the watchdog as soon as the socket exists."""
+    """Mixin for http.client connections: arm the watchdog as soon as the socket exists (before a proxy's CONNECT and
+    the TLS handshake, which a dripping peer could otherwise hold open), and speak to a proxy when given one."""
 
     ttfleet_deadline: Deadline | None = None
     ttfleet_watch: _Watchdog | None = None
+    # The proxy this connection goes through, and for an http origin through it the origin's URL prefix
+    # ("http://host:port") that turns a request path into the absolute form a proxy expects.
+    ttfleet_proxy: Proxy | None = None
+    ttfleet_absolute: str | None = None
+    ttfleet_target: str = ""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # http.client opens its socket through this instance attribute (connect() and, for a tunnel, before CONNECT).
+        self._create_connection = self._create_watched
+
+    def _create_watched(
+        self, address: tuple[str, int], timeout: float | None = None, source_address: tuple[str, int] | None = None
+    ) -> socket.socket:
+        try:
+            sock = socket.create_connection(address, timeout, source_address)
+        except OSError as exc:
+            if self.ttfleet_proxy is not None:
+                raise self.ttfleet_proxy.failure(self.ttfleet_target, exc, self.ttfleet_deadline) from None
+            raise
+        if self.ttfleet_deadline is not None:
+            self.ttfleet_watch = watch(sock, self.ttfleet_deadline)
+        return sock
 
     def connect(self) -> None:
         deadline = self.ttfleet_deadline
         if deadline is not None:
             self.timeout = deadline.timeout()
+            deadline.via = self.ttfleet_proxy.shown if self.ttfleet_proxy is not None else None
         super().connect()
-        if deadline is not None:
-            self.ttfleet_watch = watch(self.sock, deadline)
+
+    def _tunnel(self) -> None:
+        # CONNECT: whatever goes wrong here is the proxy's, and the error says so.
+        try:
+            super()._tunnel()  # type: ignore[misc]
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            if self.ttfleet_proxy is None:
+                raise
+            raise self.ttfleet_proxy.failure(self.ttfleet_target, exc, self.ttfleet_deadline) from None
+
+    def putrequest(self, method: str, url: str, skip_host: bool = False, skip_accept_encoding: bool = False) -> None:
+        if self.ttfleet_absolute is not None and url.startswith("/"):
+            url = self.ttfleet_absolute + url
+        super().putrequest(method, url, skip_host=skip_host, skip_accept_encoding=skip_accept_encoding)
+        if self.ttfleet_absolute is not None and self.ttfleet_proxy is not None:
+            for name, value in self.ttfleet_proxy.headers().items():
+                super().putheader(name, value)
+
+    def putheader(self, header: str | bytes, *values: Any) -> None:
+        name = header.decode("latin-1") if isinstance(header, bytes) else header
+        proxy = self.ttfleet_proxy
+        credential = name.lower() in CREDENTIAL_HEADERS and name.lower() != "proxy-authorization"
+        if credential and self.ttfleet_absolute and proxy:
+            raise ProxyError(
+                f"a request to {self.ttfleet_absolute} carries credentials ({name}), which would cross the proxy "
+                f"{proxy.shown} ({proxy.variable}) in the clear; nothing was sent. Use https for that origin, or "
+                "list its host in NO_PROXY to reach it directly"
+            )
+        super().putheader(header, *values)
 
     def getresponse(self) -> http.client.HTTPResponse:
         # http.client closes a "Connection: close" connection as soon as the headers are in, while the body is still
@@ -212,6 +416,11 @@ class _Watched(_ConnectionBase):
 
             # Replaced on this one response object: the watchdog lives as long as the response.
             response.close = close_and_disarm  # type: ignore[method-assign]
+        if response.status == 407 and self.ttfleet_absolute is not None and self.ttfleet_proxy is not None:
+            response.close()
+            raise self.ttfleet_proxy.failure(
+                self.ttfleet_target, OSError("Tunnel connection failed: 407 Proxy Authentication Required"), None
+            )
         return response
 
     def close(self) -> None:
@@ -229,33 +438,56 @@ class WatchedHTTPSConnection(_Watched, http.client.HTTPSConnection):
 
 
 def connection(
-    scheme: str, host: str, port: int | None, deadline: Deadline, context: ssl.SSLContext | None = None
+    scheme: str,
+    host: str,
+    port: int | None,
+    deadline: Deadline,
+    context: ssl.SSLContext | None = None,
+    use_proxy: bool = False,
+    environ: Mapping[str, str] | None = None,
 ) -> WatchedHTTPConnection | WatchedHTTPSConnection:
-    """An http.client connection to ``scheme://host:port`` bounded by ``deadline``."""
-    conn: WatchedHTTPConnection | WatchedHTTPSConnection
-    if scheme == "https":
-        conn = WatchedHTTPSConnection(host, port, timeout=deadline.timeout(), context=context)
-    elif scheme == "http":
-        conn = WatchedHTTPConnection(host, port, timeout=deadline.timeout())
-    else:
+    """An http.client connection to ``scheme://host:port`` bounded by ``deadline``. With ``use_proxy`` (origin
+    clients; never peers or instance ports) it goes through the proxy ``proxy_for`` picks from ``environ``."""
+    if scheme not in ("http", "https"):
         raise NetError(f"{scheme}://{host} is not an http or https URL")
+    port = port or (443 if scheme == "https" else 80)
+    hostport = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    proxy = proxy_for(f"{scheme}://{hostport}/", environ) if use_proxy else None
+    conn: WatchedHTTPConnection | WatchedHTTPSConnection
+    if proxy is None:
+        if scheme == "https":
+            conn = WatchedHTTPSConnection(host, port, timeout=deadline.timeout(), context=context)
+        else:
+            conn = WatchedHTTPConnection(host, port, timeout=deadline.timeout())
+    elif scheme == "https":
+        conn = WatchedHTTPSConnection(proxy.host, proxy.port, timeout=deadline.timeout(), context=context)
+        conn.set_tunnel(host, port, headers=proxy.headers())
+    else:
+        conn = WatchedHTTPConnection(proxy.host, proxy.port, timeout=deadline.timeout())
+        conn.ttfleet_absolute = "http://" + (hostport if port != 80 else hostport.rpartition(":")[0])
+    conn.ttfleet_proxy = proxy
+    conn.ttfleet_target = hostport
     conn.ttfleet_deadline = deadline
     return conn
 
 
 def _handler(
-    base: type[urllib.request.AbstractHTTPHandler], conn_class: type[_Watched], deadline: Deadline, **kwargs: Any
+    base: type[urllib.request.AbstractHTTPHandler],
+    deadline: Deadline,
+    use_proxy: bool,
+    environ: Mapping[str, str] | None,
+    **kwargs: Any,
 ) -> type[urllib.request.AbstractHTTPHandler]:
     # ``base`` is HTTPHandler or HTTPSHandler, chosen at run time: mypy cannot take a variable as a base class.
     class Handler(base):  # type: ignore[valid-type,misc]
         def _open_with(
             self, req: urllib.request.Request, opener: Callable[..., http.client.HTTPResponse]
         ) -> http.client.HTTPResponse:
-            def factory(host: str, **kw: Any) -> _Watched:
-                kw.pop("timeout", None)
-                conn = conn_class(host, timeout=deadline.timeout(), **kw)
-                conn.ttfleet_deadline = deadline
-                return conn
+            def factory(_host: str, **kw: Any) -> _Watched:
+                # Each request (a redirect too) is routed on its own URL: a CDN may be in NO_PROXY, the origin not.
+                return connection(
+                    *origin(req.full_url), deadline, kw.get("context"), use_proxy=use_proxy, environ=environ
+                )
 
             return opener(factory, req, **kwargs)
 
@@ -325,9 +557,12 @@ def open_url(
     credential_origin: Origin | None = None,
     method: str | None = None,
     context: ssl.SSLContext | None = None,
+    use_proxy: bool = False,
+    environ: Mapping[str, str] | None = None,
 ) -> http.client.HTTPResponse:
     """Open ``url`` (urllib) bounded by ``deadline``; ``credentials`` (a dict of headers) go only to
-    ``credential_origin`` (default: the origin of ``url``), on this request and every redirect."""
+    ``credential_origin`` (default: the origin of ``url``), on this request and every redirect. With ``use_proxy``,
+    each request goes through the proxy ``proxy_for`` picks for its URL (see ``connection``)."""
     scheme = urllib.parse.urlsplit(url).scheme.lower()
     if scheme not in ("http", "https"):
         raise NetError(f"{printable(url, 120)} is not an http or https URL")
@@ -340,8 +575,8 @@ def open_url(
         urllib.request.HTTPDefaultErrorHandler(),
         urllib.request.HTTPErrorProcessor(),
         RedirectPolicy(credential_origin),
-        _handler(urllib.request.HTTPHandler, WatchedHTTPConnection, deadline)(),
-        _handler(urllib.request.HTTPSHandler, WatchedHTTPSConnection, deadline, **https_kwargs)(),
+        _handler(urllib.request.HTTPHandler, deadline, use_proxy, environ)(),
+        _handler(urllib.request.HTTPSHandler, deadline, use_proxy, environ, **https_kwargs)(),
     ):
         opener.add_handler(handler)
     req = urllib.request.Request(url, headers=dict(headers or {}), method=method)
@@ -360,9 +595,13 @@ def open_url(
 
 def describe(exc: BaseException, deadline: Deadline | None, url: str) -> NetError:
     """A NetError for a failed call to ``url``, naming the origin and what went wrong."""
-    where = show_origin(url)
+    if isinstance(exc, urllib.error.URLError) and isinstance(exc.reason, NetError):
+        exc = exc.reason
     if isinstance(exc, NetError):
         return exc
+    where = show_origin(url)
+    if deadline is not None and deadline.via:
+        where += f" (through the proxy {deadline.via})"
     if deadline is not None and deadline.expired:
         return NetError(f"{deadline.what} from {where}: {deadline.error()}")
     reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
