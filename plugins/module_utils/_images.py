@@ -527,6 +527,7 @@ class Registry:
             method=method,
             context=self.context,
             credential_origin=_net.origin(self.base),
+            use_proxy=True,
         )
 
     def _challenge(self, header: str) -> tuple[str, dict[str, str]]:
@@ -544,7 +545,7 @@ class Registry:
             creds = {"Authorization": "Basic " + encode_auth(*self.auth)}
         deadline = self._deadline(f"the token for {scope} from {self.registry}")
         try:
-            with _net.open_url(url, deadline, credentials=creds, context=self.context) as resp:
+            with _net.open_url(url, deadline, credentials=creds, context=self.context, use_proxy=True) as resp:
                 data = json.loads(_net.read_capped(resp, TOKEN_LIMIT, "the token", url, deadline))
         except urllib.error.HTTPError as exc:
             raise self._refused(exc.code, scope, _error_text(exc)) from None
@@ -721,7 +722,7 @@ class Registry:
         creds = self.authorize(path, "pull,push")
         req_headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
         try:
-            conn = _net.connection(*_net.origin(url), deadline, context=self.context)
+            conn = _net.connection(*_net.origin(url), deadline, context=self.context, use_proxy=True)
             split = urllib.parse.urlsplit(url)
             conn.putrequest("PUT", split.path + ("?" + split.query if split.query else ""))
             for name, value in {**req_headers, **creds}.items():
@@ -743,7 +744,7 @@ class Registry:
         creds = self.authorize(path, "pull,push")
         deadline = self._deadline(what)
         try:
-            conn = _net.connection(*_net.origin(self.base), deadline, context=self.context)
+            conn = _net.connection(*_net.origin(self.base), deadline, context=self.context, use_proxy=True)
             conn.request("PUT", f"/v2/{path}/manifests/{tag}", body=body, headers={"Content-Type": media_type, **creds})
         except (OSError, http.client.HTTPException, ssl.SSLError) as exc:
             raise ImageError(f"{what}: {_net.describe(exc, deadline, self.base)}") from None

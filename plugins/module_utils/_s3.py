@@ -470,15 +470,19 @@ class S3Client:
         return net.Deadline.for_size(size, stall=self.timeout, what="the transfer", floor=self.total)
 
     def _connection(self, deadline: net.Deadline) -> http.client.HTTPConnection:
-        """A connection to the endpoint's origin (and only there), bounded by ``deadline``."""
-        return net.connection(self.scheme, self.host, self.port, deadline, context=self._context)
+        """A connection to the endpoint's origin (and only there), bounded by ``deadline``, through the proxy of the
+        environment when there is one (``_net.proxy_for``: a CONNECT tunnel for https; over http, signed requests are
+        refused rather than shown to the proxy)."""
+        return net.connection(self.scheme, self.host, self.port, deadline, context=self._context, use_proxy=True)
 
     def _failure(
         self, method: str, bucket: str, key: str | None, exc: Exception, deadline: net.Deadline, after: str = ""
     ) -> S3Error:
         """The S3Error of a request that broke: refused, reset, stalled, past its limit or not HTTP."""
         desc = self._describe(method, bucket, key)
-        if deadline.expired or deadline.remaining() <= 0:
+        if isinstance(exc, net.ProxyError):
+            text = f"{desc} failed{after}: {exc}"
+        elif deadline.expired or deadline.remaining() <= 0:
             text = f"{desc} did not finish within its {deadline.total:.0f} s limit{after}; the endpoint is too slow"
         else:
             text = f"{desc} failed{after}: {net.describe(exc, deadline, self.endpoint)}"

@@ -118,6 +118,18 @@ options:
     type: list
     elements: str
     default: []
+  http_store_proxy:
+    description:
+      - Reach the V(http) stores (O(store_url), O(store_fallback_urls)) through the proxy of the host environment
+        (C(HTTP_PROXY), C(HTTPS_PROXY), C(NO_PROXY), read as C(ansible.builtin.uri) reads them).
+      - Off by default, so these requests go direct - an V(http) store is usually a fleet peer on the site network,
+        and the path of its URL is its access token, which a proxy would see. Turn it on for a web server beyond
+        the proxy; credentials in such a URL are then refused unless it is C(https) (the request would cross the
+        proxy in the clear).
+      - An V(s3) store always honours the proxy environment; C(NO_PROXY) keeps one direct.
+    type: bool
+    default: false
+    version_added: 0.2.0
   expected_sha256:
     description:
       - For O(state=deployed), the sha256 of the archive fixed at the origin, as the origin's manifest gives it (the
@@ -409,7 +421,7 @@ def _store(params, url=None):
     if params["store"] == "path":
         return PathStore(params["store_path"])
     if params["store"] == "http":
-        return HttpStore(url or params["store_url"], params["timeout"])
+        return HttpStore(url or params["store_url"], params["timeout"], use_proxy=params["http_store_proxy"])
     try:
         client = S3Client.from_options(params)
     except S3Error as exc:
@@ -443,6 +455,7 @@ def main():
             store_path=dict(type="path"),
             store_url=dict(type="str"),
             store_fallback_urls=dict(type="list", elements="str", default=[]),
+            http_store_proxy=dict(type="bool", default=False),
             expected_sha256=dict(type="str"),
             keep_store_path=dict(type="path"),
             spool=dict(type="path"),

@@ -344,11 +344,15 @@ class HttpStore:
 
     Every request goes to the origin of ``url`` and nowhere else: a peer's URL holds its access token in the path,
     so redirects are never followed. Each request has a stall limit (``timeout``) and an overall one (``total``;
-    for the archive, more by its size)."""
+    for the archive, more by its size). Requests are direct (a peer is on the site network, and a proxy would see
+    the token of a plain-http peer) unless ``use_proxy``: then the environment's proxy is used as for any origin."""
 
     kind = "http"
 
-    def __init__(self, url: str, timeout: float | None = 60, total: float = REQUEST_TOTAL) -> None:
+    def __init__(
+        self, url: str, timeout: float | None = 60, total: float = REQUEST_TOTAL, use_proxy: bool = False
+    ) -> None:
+        self.use_proxy = use_proxy
         if not re.match(r"^https?://[^/\s]+", url or ""):
             raise KernelError(f"store_url {url!r} is not an http(s) URL, for example http://peer-host:8765/")
         if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
@@ -386,6 +390,8 @@ class HttpStore:
         return self.shown + self._entry(key, name) if key else self.shown
 
     def _failure(self, shown: str, exc: Exception, deadline: net.Deadline) -> KernelError:
+        if isinstance(exc, net.ProxyError):
+            return KernelError(f"{shown} failed: {exc}")
         if _too_slow(deadline):
             return KernelError(
                 f"{shown} did not finish within its {deadline.total:.0f} s limit; the store is too slow or stalled. "
@@ -410,7 +416,7 @@ class HttpStore:
             headers["Range"] = f"bytes={offset}-"
         conn = None
         try:
-            conn = net.connection(self._scheme, self._host, self._port, deadline)
+            conn = net.connection(self._scheme, self._host, self._port, deadline, use_proxy=self.use_proxy)
             conn.request("GET", self._base + self._entry(key, name), headers=headers)
             resp = conn.getresponse()
         except (http.client.HTTPException, OSError, ValueError, net.NetError) as exc:

@@ -98,7 +98,8 @@ class Hub:
     redirects go to http(s) only and at most five times, and each request has a deadline: ``timeout``
     seconds without a byte (stall) and an overall limit (``REQUEST_TOTAL`` for an answer, a file's growing with
     its size). Every JSON answer is capped (``_net.MAX_JSON_BYTES``) and a listing holds at most
-    ``_net.MAX_LISTED_FILES`` entries.
+    ``_net.MAX_LISTED_FILES`` entries. Requests honour the proxy environment (``_net.proxy_for``); the token
+    crosses a proxy only inside the TLS tunnel of an https endpoint.
     """
 
     def __init__(
@@ -125,7 +126,9 @@ class Hub:
 
     def _open_url(self, url: str, deadline: net.Deadline, headers: dict[str, str]) -> Response:
         credentials = {"Authorization": f"Bearer {self.token}"} if self.use_token else None
-        return net.open_url(url, deadline, headers=headers, credentials=credentials, credential_origin=self.origin)
+        return net.open_url(
+            url, deadline, headers=headers, credentials=credentials, credential_origin=self.origin, use_proxy=True
+        )
 
     def open(
         self,
