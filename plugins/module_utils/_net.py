@@ -254,7 +254,8 @@ class Proxy:
         text = str(exc)
         if text.startswith("Tunnel connection failed: "):
             answer = printable(text.partition(": ")[2], 200)
-            hint = "; check the user and password in " + self.variable if answer.startswith("407") else ""
+            # 407 is the standard answer; tinyproxy answers a CONNECT with bad credentials with 401.
+            hint = "; check the user and password in " + self.variable if answer[:3] in ("401", "407") else ""
             return ProxyError(f"{head} refused the tunnel: HTTP {answer}{hint}; {fix}")
         return ProxyError(f"{head} failed: {type(exc).__name__}: {printable(exc, 200)}; {fix}")
 
@@ -376,6 +377,11 @@ class _Watched(_ConnectionBase):
             if self.ttfleet_proxy is None:
                 raise
             raise self.ttfleet_proxy.failure(self.ttfleet_target, exc, self.ttfleet_deadline) from None
+        deadline = self.ttfleet_deadline
+        if self.ttfleet_proxy is not None and deadline is not None and deadline.expired:
+            # The watchdog shut the socket while the proxy dripped its answer's headers: http.client reads the end
+            # of the stream as their end and takes the tunnel for open.
+            raise self.ttfleet_proxy.failure(self.ttfleet_target, deadline.error(), deadline)
 
     def putrequest(self, method: str, url: str, skip_host: bool = False, skip_accept_encoding: bool = False) -> None:
         if self.ttfleet_absolute is not None and url.startswith("/"):

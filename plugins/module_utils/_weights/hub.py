@@ -181,6 +181,9 @@ class Hub:
         return f"{self.name} answered HTTP {code}{why} for {what} of {repo_id}; retry later or use another hf_endpoint"
 
     def _net_message(self, what: str, repo_id: str, exc: Exception) -> str:
+        if isinstance(exc, net.ProxyError):
+            # The proxy failed, not the Hub: its message names the proxy and the fix.
+            return f"{what} of {repo_id} from {self.name} failed: {exc}"
         return (
             f"{self.name}: {what} of {repo_id} failed: {exc}; check hf_endpoint and the network, or retry later "
             "(timeout is the stall limit in seconds)"
