@@ -307,6 +307,32 @@ def proxy_for(url: str, environ: Mapping[str, str] | None = None) -> Proxy | Non
     return Proxy(*setting)
 
 
+# The option of the modules that fetch from origins (doc fragment ttfleet.inference.proxy).
+PROXY_OPTIONS: dict[str, dict[str, Any]] = {"proxy_env": {"type": "dict", "default": {}}}
+
+
+def apply_proxy_env(module: Any) -> None:
+    """Put the module's ``proxy_env`` option into its process environment, where ``proxy_for`` reads it, after
+    registering the passwords of its proxy URLs as no_log values; a key that is not a proxy variable fails the
+    module with a message naming it."""
+    values = module.params.get("proxy_env") or {}
+    known = PROXY_VARIABLES["http"] + PROXY_VARIABLES["https"] + NO_PROXY_VARIABLES
+    for name, value in values.items():
+        if name not in known or not isinstance(value, str):
+            module.fail_json(
+                msg=f"proxy_env holds {printable(name, 60)!r}, which is not a proxy variable with a text value; give "
+                f"only {', '.join(known)}, each a string"
+            )
+        if name in NO_PROXY_VARIABLES:
+            continue
+        userinfo = urllib.parse.urlsplit(value if "://" in value else "http://" + value).netloc.rpartition("@")[0]
+        password = userinfo.partition(":")[2]
+        for secret in (userinfo, password):
+            if secret:
+                module.no_log_values.add(secret)
+    os.environ.update(values)
+
+
 class _Watchdog:
     """Shuts a socket down when its deadline passes, whatever read or write it is blocked in."""
 

@@ -25,6 +25,7 @@ description:
   - The action plugin prints bytes done and total, rate and ETA while images are fetched
     (C(ttfleet_progress_interval)), as for weights.
 extends_documentation_fragment:
+  - ttfleet.inference.proxy
   - ttfleet.inference.attributes
 attributes:
   check_mode:
@@ -217,6 +218,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._images import (
     read_auth,
     repo_digest,
 )
+from ansible_collections.ttfleet.inference.plugins.module_utils._net import PROXY_OPTIONS, apply_proxy_env
 from ansible_collections.ttfleet.inference.plugins.module_utils._progress import Progress
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3_options import S3_OPTIONS
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
@@ -456,6 +458,7 @@ def _diff(images, check_mode):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
+            **PROXY_OPTIONS,
             images=dict(
                 type="list",
                 elements="dict",
@@ -482,6 +485,7 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
+    apply_proxy_env(module)
     started = time.monotonic()
     engine = Engine(params["docker_socket"], stall=params["stall_timeout"])
     try:

@@ -20,6 +20,7 @@ description:
     read once per site, however many hosts pull.
   - The action plugin prints bytes done and total, rate and ETA while blobs are copied.
 extends_documentation_fragment:
+  - ttfleet.inference.proxy
   - ttfleet.inference.attributes
 attributes:
   check_mode:
@@ -191,6 +192,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._images import (
     parse_reference,
     registry_host,
 )
+from ansible_collections.ttfleet.inference.plugins.module_utils._net import PROXY_OPTIONS, apply_proxy_env
 from ansible_collections.ttfleet.inference.plugins.module_utils._progress import Progress
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import human_bytes
 
@@ -301,6 +303,7 @@ def copy(work, progress):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
+            **PROXY_OPTIONS,
             images=dict(
                 type="list",
                 elements="dict",
@@ -333,6 +336,7 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
+    apply_proxy_env(module)
     started = time.monotonic()
     try:
         work = plan(params)

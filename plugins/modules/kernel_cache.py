@@ -33,6 +33,7 @@ description:
     no store, so a play can skip the work of preparing a store (a peer packing its cache) on converged hosts.
   - Archives are compressed by the C(zstd) program, which must be installed on the host (package C(zstd)).
 extends_documentation_fragment:
+  - ttfleet.inference.proxy
   - ttfleet.inference.attributes
 attributes:
   check_mode:
@@ -416,6 +417,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.stores 
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client, S3Error
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3_options import S3_OPTIONS, mask_url_credentials
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._net import PROXY_OPTIONS, apply_proxy_env
 
 def _store(params, url=None):
     if params["store"] == "path":
@@ -447,6 +449,7 @@ def main():
             state=dict(type="str", choices=["deployed", "harvested", "inspected"], default="deployed"),
             volume=dict(type="path", required=True),
             model_name=dict(type="str", required=True),
+            **PROXY_OPTIONS,
             mesh=dict(type="str", required=True),
             impl_id=dict(type="str", required=True),
             tt_metal_commit=dict(type="str", required=True),
@@ -488,6 +491,7 @@ def main():
     credentials_error = mask_url_credentials(module, ("store_url", "store_fallback_urls", "health_url", "s3_endpoint"))
     try:
         if credentials_error:
+    apply_proxy_env(module)
             raise KernelError(credentials_error)
         if not params["volume"].startswith("/"):
             raise KernelError(f"volume {params['volume']!r} must be an absolute path")

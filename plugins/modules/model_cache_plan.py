@@ -33,6 +33,7 @@ seealso:
   - module: ttfleet.inference.volume_facts
   - module: ttfleet.inference.model_spec
 extends_documentation_fragment:
+  - ttfleet.inference.proxy
   - ttfleet.inference.attributes
   - ttfleet.inference.weights_source
 attributes:
@@ -239,6 +240,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._cache_plan impo
     plan_volume,
     shortfall_text,
 )
+from ansible_collections.ttfleet.inference.plugins.module_utils._net import PROXY_OPTIONS, apply_proxy_env
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3_options import (
     WEIGHTS_SOURCE_OPTIONS,
     mask_url_credentials,
@@ -352,6 +354,7 @@ def plan(params, warn):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
+            **PROXY_OPTIONS,
             models=dict(type="list", elements="dict", required=True),
             device=dict(type="str", required=True),
             volume_root=dict(type="path", required=True),
@@ -373,6 +376,7 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
+    apply_proxy_env(module)
     secret_values = (params["hf_token"], params["s3_secret_key"], params["s3_session_token"], params["s3_access_key"])
     credentials_error = mask_url_credentials(module, ("hf_endpoint", "s3_endpoint"))
     try:

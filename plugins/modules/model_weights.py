@@ -40,6 +40,7 @@ description:
     is a special file (FIFO, device, socket); a link planted in place of O(dest) or of a directory inside it is
     refused. Staging is root's own (mode C(0700)); a staging directory that is not is removed and started anew.
 extends_documentation_fragment:
+  - ttfleet.inference.proxy
   - ttfleet.inference.attributes
   - ttfleet.inference.weights_source
 attributes:
@@ -383,6 +384,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3_options import (
     WEIGHTS_SOURCE_OPTIONS,
+from ansible_collections.ttfleet.inference.plugins.module_utils._net import PROXY_OPTIONS, apply_proxy_env
     mask_url_credentials,
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import (
@@ -399,6 +401,7 @@ def main():
         argument_spec=dict(
             dest=dict(type="path", required=True),
             source=dict(type="str", choices=["hf", "path", "s3", "peer", "none"], default="hf"),
+            **PROXY_OPTIONS,
             repo_id=dict(type="str"),
             revision=dict(type="str"),
             path=dict(type="path"),
@@ -424,6 +427,7 @@ def main():
     params = module.params
     secret_values = (params["hf_token"], params["s3_secret_key"], params["s3_session_token"], params["s3_access_key"])
     credentials_error = mask_url_credentials(module, URL_OPTIONS)
+    apply_proxy_env(module)
     try:
         if credentials_error:
             raise WeightsError(credentials_error)

@@ -7,6 +7,7 @@ import os
 import urllib.request
 
 import pytest
+from conftest import patch_module_args
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _net as net
 
@@ -158,3 +159,37 @@ def test_peers_and_instance_ports_stay_direct_unless_told(monkeypatch):
     assert (tunnelled.host, tunnelled.port) == ("127.0.0.1", 9)
     assert (tunnelled._tunnel_host, tunnelled._tunnel_port) == ("hub.example", 443)
     assert tunnelled.ttfleet_absolute is None
+
+
+def test_the_proxy_env_option_reaches_the_environment_with_its_password_masked(monkeypatch):
+    from ansible.module_utils.basic import AnsibleModule
+
+    # Set through monkeypatch first, so that what the module puts in the environment is undone after the test.
+    for name in ("https_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.setenv(name, "")
+    monkeypatch.delenv("no_proxy")
+    monkeypatch.setenv("HTTPS_PROXY", "http://host-env:1")  # the host's; the option's lowercase key wins
+    secret = "opt-" + "Secret77"
+    value = {"https_proxy": f"http://ops:{secret}@proxy.site:3128", "NO_PROXY": ".site,10.0.0.0/8"}
+    with patch_module_args({"proxy_env": value}):
+        module = AnsibleModule(argument_spec=dict(net.PROXY_OPTIONS))
+    net.apply_proxy_env(module)
+    assert secret in module.no_log_values and f"ops:{secret}" in module.no_log_values
+    assert ".site,10.0.0.0/8" not in module.no_log_values
+    assert net.proxy_for("https://hub.example/").host == "proxy.site"
+    assert net.proxy_for("https://a.site/") is None and net.proxy_for("https://10.1.1.1/") is None
+
+
+def test_the_proxy_env_option_takes_proxy_variables_only(monkeypatch):
+    from ansible.module_utils.basic import AnsibleModule
+
+    with patch_module_args({"proxy_env": {"LD_PRELOAD": "/tmp/x.so"}}):
+        module = AnsibleModule(argument_spec=dict(net.PROXY_OPTIONS))
+
+    def fail_json(msg):
+        raise AssertionError(msg)
+
+    monkeypatch.setattr(module, "fail_json", fail_json)
+    with pytest.raises(AssertionError, match="proxy_env holds 'LD_PRELOAD', which is not a proxy variable"):
+        net.apply_proxy_env(module)
+    assert "LD_PRELOAD" not in os.environ or os.environ["LD_PRELOAD"] != "/tmp/x.so"
