@@ -75,7 +75,8 @@ attacks() {
 # kernel store and instance port against the real clients, servers and health checks; each test asserts its bound (time,
 # bytes on disk, peak memory, credentials that reached a catcher port, restarts counted). No Docker.
 hostile() {
-  need_debs zstd
+  # tinyproxy: the real proxy of tests/hostile/test_proxy.py.
+  need_debs zstd tinyproxy
   # Most of its time is spent waiting for deadlines to pass, so four workers on two cores; every bound it asserts
   # leaves room for that load.
   pytest tests/hostile -q -p no:cacheprovider -n 4
@@ -376,7 +377,7 @@ all() {
   # The Debian packages of every stage in one apt run, then the lab's set-up (a pristine machine downloads docker.io
   # and debootstraps the lab image: mostly network) in the background while lint, unit and attacks run. hostile waits
   # for it: its deadlines are measured, so it runs with nothing beside it.
-  timed packages need_debs zstd shellcheck rsync git
+  timed packages need_debs zstd shellcheck rsync git tinyproxy
   mkdir -p "$out/stages"
   local lab_log="$out/stages/lab-set-up.log" lab_start=$SECONDS lab_rc=0
   { lab_ready; echo "$((SECONDS - lab_start))" >"$lab_log.seconds"; } >"$lab_log" 2>&1 &
