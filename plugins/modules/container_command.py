@@ -91,6 +91,7 @@ options:
     type: str
     default: '1000'
   registry_mirrors:
+    version_added: 0.2.0
     description:
       - Registry prefixes mapped to the site's mirror, for example the key C(ghcr.io/tenstorrent) with the value
         C(registry.site.example:5000/tenstorrent) (the serve role passes C(tt_registry_mirrors)). A prefix matches
@@ -124,6 +125,7 @@ options:
         O(vllm_override_args)); ignored otherwise.
     type: path
   vllm_override_args:
+    version_added: 0.2.0
     description:
       - vLLM arguments to merge into the spec (C(run.py --vllm-override-args)), a mapping or its JSON text. As in
         C(ModelSpec.apply_overrides), a V(null) removes a key; V(max_num_seqs) and V(max_model_len) are mirrored into
@@ -139,6 +141,7 @@ options:
         refused, as are values that are not JSON; run.py only warns and drops them.
     type: raw
   override_tt_config:
+    version_added: 0.2.0
     description:
       - TT configuration to merge into the spec's C(override_tt_config) (C(run.py --override-tt-config)), a mapping or
         its JSON text; a V(null) removes a key.
@@ -150,12 +153,14 @@ options:
       - Media and forge images read no TT config; it is refused for them.
     type: raw
   env:
+    version_added: 0.2.0
     description:
       - Environment variables to add to the spec's C(env_vars), for settings such as C(TT_PD_CONNS). Not a run.py
         option. A vLLM container reads them from the resolved spec (O(runtime_spec_file)); media and forge containers
         get them with C(-e), as run.py passes the spec's environment to those.
     type: dict
   spec:
+    version_added: 0.2.0
     description:
       - A spec from outside the catalog in run.py's runtime model spec format (C(run.py --runtime-model-spec-json),
         read by C(ModelSpec.from_json)), as a mapping or its JSON text. It holds the fields of tt-inference-server's
@@ -167,10 +172,12 @@ options:
         C(--model), which the image's own catalog does not know.
     type: raw
   profile:
+    version_added: 0.2.0
     description: Name of the serve profile the tuning comes from; recorded, and with O(kernel_cache=own) it names
       the kernel cache directory (C(<mesh>-<profile>)).
     type: str
   kernel_cache:
+    version_added: 0.2.0
     description: With a O(profile), V(own) keeps its kernel cache apart from the spec's, V(shared) uses the spec's.
     type: str
     choices: [own, shared]

@@ -105,6 +105,7 @@ options:
         without credentials.
     type: str
   store_fallback_urls:
+    version_added: 0.2.0
     description:
       - More V(http) stores holding the same entry, asked in turn when the deploy from O(store_url) fails (the
         store does not answer, stalls, stops mid-archive or sends an archive that does not match its manifest).
@@ -132,6 +133,7 @@ options:
     default: false
     version_added: 0.2.0
   expected_sha256:
+    version_added: 0.2.0
     description:
       - For O(state=deployed), the sha256 of the archive fixed at the origin, as the origin's manifest gives it (the
         fleet fan-out of role model_cache passes the one of the kernel peer's pack result). A store, or any of
@@ -143,6 +145,7 @@ options:
       - Must be 64 lowercase hex digits; an empty value is refused, never read as unset.
     type: str
   keep_store_path:
+    version_added: 0.2.0
     description:
       - For O(state=deployed), the root of a V(path) store on this host that keeps the archive, its sha256 and
         its manifest as well, written while the archive streams and committed only once it is verified; the host

@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: model_cache_plan
 short_description: Plan the volumes, weights and kernel caches of the models a host serves
-version_added: 0.1.0
+version_added: 0.2.0
 description:
   - The planning step of the P(ttfleet.inference.model_cache#role) role, for every model of O(models) at once. The
     catalog is read and each model resolved once (as M(ttfleet.inference.model_spec) does), the volume roots are

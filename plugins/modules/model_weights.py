@@ -137,6 +137,7 @@ options:
     description: The RV(ttfleet.inference.weights_server#module:url) of the peer serving the model, for O(source=peer).
     type: str
   peer_fallback_urls:
+    version_added: 0.2.0
     description:
       - More holders of the same O(repo_id) at the same O(revision), for O(source=peer), asked in this order when
         the peer at O(peer_url) fails (stopped, died mid-file, sent a wrong byte) or is not given.
@@ -150,6 +151,7 @@ options:
     elements: str
     default: []
   expected_manifest_sha256:
+    version_added: 0.2.0
     description:
       - For O(source=peer) or O(source=s3), the RV(manifest_sha256) that this module returned on a host that read the
         origin (the Hub, bucket or directory) for the same O(repo_id) at the same O(revision). The holder's manifest
