@@ -22,12 +22,14 @@ import time
 
 import pytest
 from conftest import (
+    SLACK,
     answer_file,
     as_json,
     dir_bytes,
     drip,
     endless,
     http_head,
+    long_head,
     reply,
     run_bounded,
     send,
@@ -222,18 +224,18 @@ def short_limits(monkeypatch):
     monkeypatch.setattr(hub_module, "LISTING_TOTAL", 3.0)
 
 
-def test_a_file_dripped_one_byte_a_second_stops_at_its_deadline(hostile, tmp_path, short_limits):
+def test_a_dripped_file_stops_at_its_deadline(hostile, tmp_path, short_limits):
     def dripped(conn, req, srv):
         send(conn, http_head(200, {"Content-Type": "application/octet-stream"}, 4096))
-        drip(conn, DATA, every=0.5, stop=srv.stop)
+        drip(conn, DATA, stop=srv.stop)
 
     server = hostile(hub_script(files={"model.safetensors": dripped}))
     start = time.monotonic()
     with pytest.raises(WeightsError) as exc:
         sync_weights(opts(tmp_path, server.url, timeout=2))
     elapsed = time.monotonic() - start
-    # Three attempts of 1 s (+ 4 KiB at 1 MiB/s) each; a per-read timeout alone would run for 4096 s an attempt.
-    assert elapsed < 3 * 1.0 + 4, elapsed
+    # Three attempts of 1 s (+ 4 KiB at 1 MiB/s) each; a per-read timeout alone would run for 800 s an attempt.
+    assert elapsed < 3 * 1.0 + SLACK, elapsed
     assert "did not finish within its 1 s limit" in str(exc.value)
     assert len(fetch_requests(server)) == NET_ATTEMPTS
 
@@ -249,30 +251,37 @@ def test_a_silent_file_source_is_a_stall(hostile, tmp_path, short_limits, monkey
     start = time.monotonic()
     with pytest.raises(WeightsError, match="stalled"):
         sync_weights(opts(tmp_path, server.url, timeout=1))
-    assert time.monotonic() - start < 3 * 1 + 3
+    # Three attempts of the 1 s stall limit; without it, three of the 60 s overall limit.
+    assert time.monotonic() - start < 3 * 1 + SLACK
 
 
 def test_a_listing_with_dripped_headers_stops_at_its_deadline(hostile, tmp_path, short_limits):
-    server = hostile(
-        hub_script(tree=lambda conn, req, srv: drip(conn, http_head(200, length=2) + b"[]", 0.2, srv.stop))
-    )
+    server = hostile(hub_script(tree=lambda conn, req, srv: drip(conn, long_head(length=2) + b"[]", stop=srv.stop)))
     start = time.monotonic()
+    # The stall limit (timeout) is far above the request's 1.5 s: only the overall limit can end it.
     with pytest.raises(WeightsError, match=r"did not finish within its 2 s limit"):
-        sync_weights(opts(tmp_path, server.url, timeout=1))
-    assert time.monotonic() - start < 4
+        sync_weights(opts(tmp_path, server.url, timeout=30))
+    assert time.monotonic() - start < 1.5 + SLACK
     assert not (tmp_path / "vol").exists()
 
 
-def test_endless_pages_stop_at_the_listing_deadline(hostile, tmp_path, short_limits):
+def test_endless_pages_stop_at_the_listing_deadline(hostile, tmp_path, short_limits, monkeypatch):
+    # Each page comes whole in 0.3 s; the stall limit (timeout) and each page's own limit are far above the listing's
+    # 3 s, so the listing's deadline is the only one that can end it, whichever page it falls in.
+    monkeypatch.setattr(hub_module, "REQUEST_TOTAL", 60.0)
+
     def page(conn, req, srv):
         time.sleep(0.3)
         reply(conn, [], headers={"Link": f'<{srv.url}{TREE}?cursor={len(srv.requests)}>; rel="next"'})
 
     server = hostile(hub_script(tree=page))
     start = time.monotonic()
-    with pytest.raises(WeightsError, match=r"within (its )?[0-3] s"):
-        sync_weights(opts(tmp_path, server.url, timeout=1))
-    assert time.monotonic() - start < 5
+    with pytest.raises(WeightsError, match=r"within (its )?[0-3] s") as exc:
+        sync_weights(opts(tmp_path, server.url, timeout=30))
+    assert "stalled" not in str(exc.value)
+    assert len([req for req in server.requests if req.path.startswith(TREE)]) > 1, "the deadline spans the pages"
+    # Without the listing's limit the pages go on for MAX_LIST_PAGES times 0.3 s.
+    assert time.monotonic() - start < 3 + SLACK
 
 
 # ---------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import sys
 import time
 
 import pytest
-from conftest import ROOT, baseline_rss_mib, drip, endless, http_head, run_bounded, send
+from conftest import ROOT, SLACK, baseline_rss_mib, drip, endless, http_head, long_head, run_bounded, send
 
 from ansible_collections.ttfleet.inference.plugins.filter.tt_status import tt_status_lines
 from ansible_collections.ttfleet.inference.plugins.module_utils import _net, _status
@@ -139,12 +139,13 @@ def huge_declared(conn, req, srv):
     send(conn, http_head(200, length=HUGE)) and endless(conn, chunk=b"x" * 65536, stop=srv.stop, limit=HUGE)
 
 
+# Both drip for over a minute, well inside every stall limit (2 s and up), so only an overall limit can end them.
 def dripping(conn, req, srv):
-    drip(conn, http_head(200, length=2) + b"ok", every=1.0, stop=srv.stop)
+    drip(conn, long_head(200, length=2) + b"ok", stop=srv.stop)
 
 
 def body_drip(conn, req, srv):
-    send(conn, http_head(200, length=64)) and drip(conn, b"x" * 64, every=1.0, stop=srv.stop)
+    send(conn, http_head(200, length=512)) and drip(conn, b"x" * 512, stop=srv.stop)
 
 
 def silent(conn, req, srv):
@@ -168,8 +169,9 @@ def test_a_protocol_error_is_a_failed_check_counted_toward_the_restart(hostile, 
     assert second["rc"] == 0 and "Traceback" not in second["err"]
     assert host.restarts() == 1 and host.failures() == 0, second["err"]
     assert "restarting tt-serve@x.service" in second["err"]
+    # At once: not at the 10 s limit of a check.
     for run in (first, second):
-        assert run["seconds"] < 5
+        assert run["seconds"] < SLACK
 
 
 def test_a_whole_200_resets_the_count(hostile, host):
@@ -201,7 +203,7 @@ def test_a_256_mib_health_body_is_cut_at_64_kib(hostile, host, script):
     [(dripping, None), (body_drip, 3)],
     ids=["head-default-limit", "body"],
 )
-def test_a_one_byte_a_second_drip_fails_within_the_check_deadline(hostile, host, script, limit):
+def test_a_dripping_answer_fails_within_the_check_deadline(hostile, host, script, limit):
     server = hostile(script)
     conf = {"health_timeout": limit} if limit else {}  # without one, the wrapper's HEALTH_TIMEOUT: 10 s
     host.configure(server.url, health_failures=1, **conf)
@@ -209,7 +211,7 @@ def test_a_one_byte_a_second_drip_fails_within_the_check_deadline(hostile, host,
     assert result["rc"] == 0 and "Traceback" not in result["err"], result["err"]
     assert host.restarts() == 1, result["err"]
     assert f"no whole answer within {limit or 10} s" in result["err"]
-    assert result["seconds"] < (limit or 10) + 3, result
+    assert result["seconds"] < (limit or 10) + SLACK, result
 
 
 def test_a_silent_port_fails_at_the_stall_limit(hostile, host):
@@ -218,7 +220,7 @@ def test_a_silent_port_fails_at_the_stall_limit(hostile, host):
     result = host.run("health", "x")
     assert host.restarts() == 1, result["err"]
     assert "stalled: no data for 5 s" in result["err"]
-    assert result["seconds"] < 5 + 3, result
+    assert result["seconds"] < 5 + SLACK, result
 
 
 def test_a_closed_port_is_a_failed_check(host):
@@ -278,7 +280,7 @@ def test_ready_gives_up_at_its_timeout_on_a_dripping_health(hostile, host):
     host.configure(server.url)
     result = host.run("ready", "x", "3")
     assert result["rc"] == 1 and "not 200, within 3 s" in result["err"], result["err"]
-    assert result["seconds"] < 3 + 3, result
+    assert result["seconds"] < 3 + SLACK, result
 
 
 def _notify_socket(tmp_path):
@@ -323,7 +325,7 @@ def test_start_on_a_dripping_health_fails_at_the_start_timeout(hostile, host, tm
     assert not any("READY=1" in message for message in messages)
     assert "docker stop --time 1 tt-serve-x" in host.calls.read_text()
     # The probes end at the start timeout; then the (fake) docker stop and the container's own exit at 5 s.
-    assert result["seconds"] < 5 + 3, result
+    assert result["seconds"] < 5 + SLACK, result
 
 
 def _unit(name):
@@ -376,7 +378,8 @@ def redirect_to(target):
         (huge_declared, "above the 65536-byte cap"),
         (dripping, "did not finish within its 2 s limit"),
         (body_drip, "did not finish within its 2 s limit"),
-        (silent, "2 s"),  # the stall limit is the whole timeout here: "stalled" or "did not finish", whichever first
+        # The stall limit is the whole timeout here: the one that fires first is left to scheduling, either is right.
+        (silent, r"stalled: no data for 2(\.0)? s|did not finish within its 2 s limit"),
     ],
     ids=["not-http", "ends-early", "256-mib", "256-mib-declared", "drip-head", "drip-body", "silent"],
 )
@@ -385,14 +388,15 @@ def test_one_broken_port_makes_only_its_instance_unhealthy(hostile, tmp_path, sc
     state = _state(tmp_path, good=good.url, broken=broken.url)
     start = time.monotonic()
     report = _status.host_report(str(state), str(tmp_path / "none"), timeout=2, runner=_systemctl)
-    assert time.monotonic() - start < 2 + 2
+    # The broken port drips or stays silent for a minute; its probe ends at its 2 s limit.
+    assert time.monotonic() - start < 2 + SLACK
     assert report["instance_count"] == 2 and report["unhealthy"] == ["broken"]
     bad, fine = report["instances"]
     assert fine["healthy"] and fine["health"]["status"] == "healthy" and fine["health"]["code"] == 200
     assert bad["health"]["status"] == "unhealthy" and not bad["healthy"]
-    assert reason in bad["health"]["error"], bad["health"]
+    assert re.search(reason, bad["health"]["error"]), bad["health"]
     assert not UNSAFE.search(bad["health"]["error"])
-    assert bad["health"]["seconds"] <= 2 + 0.5
+    assert bad["health"]["seconds"] < 2 + SLACK
 
 
 def test_probe_sends_no_credential_and_follows_no_redirect(hostile, catcher, tmp_path):
@@ -408,14 +412,16 @@ def test_probe_sends_no_credential_and_follows_no_redirect(hostile, catcher, tmp
 def test_net_keeps_the_deadline_armed_while_a_closing_answer_drips_its_body(hostile):
     # http.client closes a "Connection: close" connection once the headers are in; the watchdog must outlive that.
     server = hostile(body_drip)
-    deadline = _net.Deadline(total=2, stall=1.5, what="the answer")
+    # The stall limit is far above the overall one: with the watchdog disarmed, the read would wait for the whole
+    # 512-byte body (100 s), not end at 2 s.
+    deadline = _net.Deadline(total=2, stall=30, what="the answer")
     start = time.monotonic()
     with (
         pytest.raises(_net.NetError, match=r"did not finish within its 2 s limit|broke the HTTP protocol"),
         _net.open_url(server.url + "/x", deadline) as resp,
     ):
-        _net.read_capped(resp, 100, "the body", server.url, deadline)
-    assert time.monotonic() - start < 2 + 1.5
+        _net.read_capped(resp, 1024, "the body", server.url, deadline)
+    assert time.monotonic() - start < 2 + SLACK
     assert deadline.expired
 
 

@@ -12,7 +12,7 @@ import shutil
 import time
 
 import pytest
-from conftest import as_json, baseline_rss_mib, dir_bytes, drip, endless, http_head, run_bounded, send
+from conftest import SLACK, as_json, baseline_rss_mib, dir_bytes, drip, endless, http_head, long_head, run_bounded, send
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _net as net
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import (
@@ -289,26 +289,26 @@ def test_a_range_answered_with_the_wrong_part_is_refused(hostile, tmp_path, entr
 
 
 @pytest.mark.parametrize("kind", sorted(STORES))
-def test_an_archive_dripped_at_one_byte_a_second_stops_at_the_deadline(hostile, tmp_path, entry, kind):
+def test_a_dripped_archive_stops_at_the_deadline(hostile, tmp_path, entry, kind):
     def archive(conn, req, srv):
         send(conn, http_head(200, length=len(entry[ARCHIVE_NAME])))
-        drip(conn, entry[ARCHIVE_NAME], every=1.0, stop=srv.stop)
+        drip(conn, entry[ARCHIVE_NAME], stop=srv.stop)
 
     server = hostile(store_script(entry, archive))
     start = time.monotonic()
     with pytest.raises(KernelError, match="did not finish within its 3 s limit"):
         deploy(opts(tmp_path / "volume"), STORES[kind](server, timeout=2, total=3))
-    assert time.monotonic() - start < 8
+    assert time.monotonic() - start < 3 + SLACK
     nothing_in_place(tmp_path / "volume")
 
 
 @pytest.mark.parametrize("kind", sorted(STORES))
 def test_a_manifest_whose_headers_drip_stops_at_the_deadline(hostile, tmp_path, entry, kind):
-    server = hostile(lambda conn, req, srv: drip(conn, http_head(200, length=10), every=0.5, stop=srv.stop))
+    server = hostile(lambda conn, req, srv: drip(conn, long_head(200, length=10), stop=srv.stop))
     start = time.monotonic()
     with pytest.raises(KernelError, match="did not finish within its 3 s limit"):
         deploy(opts(tmp_path / "volume"), STORES[kind](server, timeout=2, total=3))
-    assert time.monotonic() - start < 6
+    assert time.monotonic() - start < 3 + SLACK
 
 
 def module_code(name, args):
@@ -340,7 +340,8 @@ def test_a_silent_store_fails_the_module_at_its_timeout_option(hostile, tmp_path
     result = run_bounded(module_code("kernel_cache", module_args(tmp_path / "v", f"{server.url}/{TOKEN}/", timeout=1)))
     out = as_json(result["out"])
     assert out.get("failed") and "stalled" in out["msg"] and "Traceback" not in result["err"]
-    assert result["seconds"] < 10 and TOKEN not in out["msg"]
+    # The 1 s stall limit, not the server's 30 s of silence.
+    assert result["seconds"] < 1 + SLACK and TOKEN not in out["msg"]
 
 
 # ---------------------------------------------------------------------------
@@ -408,10 +409,10 @@ def test_health_check_protocol_errors_are_reasons_not_crashes(hostile):
 
 
 def test_health_check_dripped_headers_stop_at_its_deadline(hostile):
-    server = hostile(lambda conn, req, srv: drip(conn, http_head(200, length=0), every=0.5, stop=srv.stop))
+    server = hostile(lambda conn, req, srv: drip(conn, long_head(200, length=0), stop=srv.stop))
     start = time.monotonic()
     why = check_health(server.url + "/health", timeout=2, total=3)
-    assert why and "3 s limit" in why and time.monotonic() - start < 6
+    assert why and "3 s limit" in why and time.monotonic() - start < 3 + SLACK
 
 
 def test_health_check_credentials_stay_with_their_origin(hostile, catcher):

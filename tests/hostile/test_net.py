@@ -9,26 +9,26 @@ import urllib.error
 import urllib.request
 
 import pytest
-from conftest import drip, endless, http_head, send
+from conftest import SLACK, drip, endless, http_head, long_head, send
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _net as net
 
 
 def test_headers_dripped_one_byte_at_a_time_stop_at_the_overall_deadline(hostile):
-    server = hostile(lambda conn, req, srv: drip(conn, http_head(200, length=5) + b"hello", every=0.2, stop=srv.stop))
+    server = hostile(lambda conn, req, srv: drip(conn, long_head(200, length=5) + b"hello", stop=srv.stop))
     start = time.monotonic()
     with pytest.raises(net.NetError, match="did not finish within its 2 s limit"):
-        resp = net.open_url(server.url + "/x", net.Deadline(total=2, stall=1, what="the probe"))
+        resp = net.open_url(server.url + "/x", net.Deadline(total=2, stall=10, what="the probe"))
         net.read_capped(resp, 100, "the body", server.url, None)
-    assert time.monotonic() - start < 3.5
+    assert time.monotonic() - start < 2 + SLACK
 
 
 def test_a_silent_server_is_a_stall(hostile):
-    server = hostile(lambda conn, req, srv: srv.stop.wait(10))
+    server = hostile(lambda conn, req, srv: srv.stop.wait(30))
     start = time.monotonic()
     with pytest.raises(net.NetError, match="stalled"):
         net.open_url(server.url + "/x", net.Deadline(total=30, stall=0.5, what="the probe"))
-    assert time.monotonic() - start < 3
+    assert time.monotonic() - start < 0.5 + SLACK
 
 
 def test_endless_body_is_cut_at_the_cap(hostile):

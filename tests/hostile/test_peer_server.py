@@ -23,7 +23,7 @@ import threading
 import time
 
 import pytest
-from conftest import COLLECTIONS, ROOT, limit_nofile
+from conftest import COLLECTIONS, ROOT, SLACK, limit_nofile
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _peer as peer
 
@@ -171,10 +171,11 @@ def test_idle_and_dripping_connections_do_not_lock_peers_out(daemon, files):
         cpu_before, began = cpu_seconds(pid), time.monotonic()
         answers = []
         while time.monotonic() - began < 5:
-            status, _headers, body, seconds = get(state, "a.bin")
+            # Locked out, an answer waits for the 10 s idle timeout to free a place.
+            status, _headers, body, seconds = get(state, "a.bin", timeout=30)
             answers.append((status, seconds))
             assert status == 200 and body == data["a.bin"], (status, len(body))
-            assert seconds < 3, seconds
+            assert seconds < SLACK, seconds
             time.sleep(0.5)
         cpu = cpu_seconds(pid) - cpu_before
         wall = time.monotonic() - began
@@ -191,7 +192,8 @@ def test_idle_and_dripping_connections_do_not_lock_peers_out(daemon, files):
     assert held <= (64 - peer.FD_RESERVE) // peer.FDS_PER_CONNECTION, held
     # A spinning accept loop burns a whole core (about 5 s here); serving the peer's 1 MiB files takes little.
     assert cpu < 0.5 * wall / 5, cpu
-    assert len(answers) >= 8
+    # Served again and again through the flood (ten times on an idle machine, fewer when it is loaded).
+    assert len(answers) >= 4, answers
 
 
 def test_accept_backs_off_on_emfile_and_keeps_serving(daemon, files):
@@ -221,7 +223,7 @@ def test_accept_backs_off_on_emfile_and_keeps_serving(daemon, files):
     finally:
         close_all(idle)
     print(f"emfile: slowest answer {slowest:.3f} s; cpu {cpu:.2f} s in {wall:.1f} s; {fds} descriptors")
-    assert slowest < 3 and cpu < 0.5, (slowest, cpu)
+    assert slowest < SLACK and cpu < 0.5, (slowest, cpu)
     assert fds < 64
 
 
@@ -250,7 +252,7 @@ def test_accept_backs_off_while_answered_connections_hold_every_descriptor(daemo
         # The peer retries as model_weights and kernel_cache do: refused (503, reset) while the descriptors are
         # held, served once the readers are dropped.
         tries = []
-        while time.monotonic() - began < 10:
+        while time.monotonic() - began < 30:
             try:
                 status, _headers, body, _s = get(state, "sub/b.bin", timeout=10)
             except OSError as exc:
@@ -263,7 +265,8 @@ def test_accept_backs_off_while_answered_connections_hold_every_descriptor(daemo
     finally:
         close_all(readers)
     print(f"exhausted: cpu {cpu:.2f} s in 2 s; the peer served {served:.1f} s after the readers stalled: {tries}")
-    assert (status, body) == (200, data["sub/b.bin"]) and served < 8, tries
+    # Once the 3 s stall limit has dropped the readers; while they hold every descriptor, never.
+    assert (status, body) == (200, data["sub/b.bin"]) and served < 3 + SLACK, tries
 
 
 class _Exhausted(socket.socket):
@@ -294,7 +297,7 @@ def test_accept_errors_back_off_and_never_spin(code):
         client.close()
         listener.close()
     cpu = time.process_time() - cpu
-    assert 1.9 < time.monotonic() - began < 3
+    assert 1.9 < time.monotonic() - began < 2 + SLACK
     assert 3 <= listener.tries <= 8 and cpu < 0.2, (listener.tries, cpu)
 
 
@@ -304,18 +307,21 @@ def test_accept_errors_back_off_and_never_spin(code):
 
 def test_idle_header_and_head_size_limits(daemon, files):
     root, _data = files
-    state = daemon(root, IDLE_TIMEOUT=1.0, HEADER_TIMEOUT=2.5)
+    # The header timeout lies beyond the idle timeout and its slack: the two closes cannot be told apart otherwise.
+    idle_timeout, header_timeout = 2.0, 2.0 + SLACK + 1
+    state = daemon(root, IDLE_TIMEOUT=idle_timeout, HEADER_TIMEOUT=header_timeout)
     # No byte at all: closed after the idle timeout.
     (idle,) = connect(state, 1)
-    seconds = closed_within(idle, 10)
-    assert seconds is not None and 0.7 < seconds < 2.0, seconds
+    seconds = closed_within(idle, 30)
+    assert seconds is not None and idle_timeout - 0.5 < seconds < idle_timeout + SLACK, seconds
     idle.close()
-    # A byte every 0.4 s never trips the idle timeout, but the whole head is due within the header timeout.
+    # A byte every 0.2 s (a tenth of the idle timeout) never trips it, but the whole head is due within the header
+    # timeout; the head would take a minute to send.
     (slow,) = connect(state, 1)
     began, sent, closed = time.monotonic(), 0, None
-    head = b"GET /" + state["token"].encode() + b"/a.bin HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 100
-    while time.monotonic() - began < 10 and sent < len(head):
-        readable, _w, _x = select.select([slow], [], [], 0.4)
+    head = b"GET /" + state["token"].encode() + b"/a.bin HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 300
+    while time.monotonic() - began < 30 and sent < len(head):
+        readable, _w, _x = select.select([slow], [], [], 0.2)
         if readable and not slow.recv(1):
             closed = time.monotonic() - began
             break
@@ -326,7 +332,7 @@ def test_idle_header_and_head_size_limits(daemon, files):
             break
         sent += 1
     slow.close()
-    assert closed is not None and 2.0 < closed < 4.0, (closed, sent)
+    assert closed is not None and header_timeout - 0.5 < closed < header_timeout + SLACK, (closed, sent)
     # A head that never ends within MAX_HEAD_BYTES: answered 431 and closed at once.
     (big,) = connect(state, 1)
     big.sendall(b"GET / HTTP/1.1\r\nX-Pad: " + b"a" * (peer.MAX_HEAD_BYTES + 10))
@@ -349,10 +355,10 @@ def test_a_client_that_stops_reading_is_dropped_after_the_stall_limit(daemon, fi
     received = len(sock.recv(4096))
     # Answering: the gate and one thread. The client reads no more.
     assert threads(pid) == 2
-    while threads(pid) > 1 and time.monotonic() - began < 10:
+    while threads(pid) > 1 and time.monotonic() - began < 30:
         time.sleep(0.1)
     dropped = time.monotonic() - began
-    assert threads(pid) == 1 and dropped < 4, dropped
+    assert threads(pid) == 1 and dropped < 1 + SLACK, dropped
     # The socket is closed: what the buffers held, then the end, far short of the file.
     sock.settimeout(5)
     while part := sock.recv(MIB):
@@ -446,11 +452,11 @@ def test_exits_on_time_under_a_flood(daemon, files):
     sock = socket.create_connection(("127.0.0.1", state["port"]), timeout=5)
     sock.sendall(f"GET /{state['token']}/big.bin HTTP/1.1\r\nHost: x\r\n\r\n".encode())  # and never read
     try:
-        deadline = time.monotonic() + 6
+        deadline = time.monotonic() + 30
         while peer.alive(state) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not peer.alive(state), "the daemon outlived its ttl"
-        assert time.time() - state["expires"] < 2.5
+        assert time.time() - state["expires"] < SLACK
         with pytest.raises(OSError):
             socket.create_connection(("127.0.0.1", state["port"]), timeout=2).close()
     finally:
