@@ -82,22 +82,27 @@ hostile() {
   pytest tests/hostile -q -p no:cacheprovider -n 4
 }
 
-# ansible-test needs a real ansible_collections/ttfleet/inference path (it refuses symlinks), the
-# third-party collections beside it, and a get-pip.py it would otherwise download: the stand-in
-# below bootstraps pip with ensurepip and then upgrades it from PyPI.
+# ansible-test sanity as Automation Hub runs it: on the installed tarball, with the tests/config.yml and
+# tests/sanity/ignore-*.txt it ships. The development tooling (tests/ but those two, bench, molecule, the lab inventory)
+# is copied in beside it, so one run also covers the code that never ships; SANITY_SHIPPED=1 leaves it out (the matrix:
+# the collection users run on an older core, whose older pylint need not parse the tooling). ansible-test needs a real
+# ansible_collections/ttfleet/inference path (it refuses symlinks), the third-party collections beside it, and a
+# get-pip.py it would otherwise download: the stand-in below bootstraps pip with ensurepip and upgrades it from PyPI.
 sanity() {
   # ansible-test skips its shellcheck test when the program is missing.
-  need_debs shellcheck rsync
-  local base="$out/sanity-tree" dest
+  need_debs shellcheck rsync git
+  local base="$out/sanity-tree" dest tarball
   dest="$base/ansible_collections/ttfleet/inference"
-  mkdir -p "$dest"
-  local skip=(.venv '.venv-*' /collections .ansible .cache .git tests/output '*.tar.gz' __pycache__ .pytest_cache .ruff_cache .hypothesis)
-  # SANITY_SHIPPED=1: only what the tarball ships (plus tests/sanity): the matrix checks the collection users run on an
-  # older core, whose older pylint need not parse the development tooling.
-  if [ "${SANITY_SHIPPED:-}" = 1 ]; then
-    skip+=(/bench /molecule /tests/attacks /tests/faults /tests/fixtures /tests/hostile /tests/integration /tests/lab /tests/tools /tests/unit)
+  rm -rf "$dest" "$base/build"
+  mkdir -p "$base/build"
+  tarball=$(build_tarball "$base/build")
+  ANSIBLE_COLLECTIONS_PATH="$base" ansible-galaxy collection install -p "$base" "$tarball" >/dev/null
+  test -f "$dest/MANIFEST.json"
+  if [ "${SANITY_SHIPPED:-}" != 1 ]; then
+    git ls-files -z --cached --others --exclude-standard -- tests bench molecule inventories/lab .config \
+      | grep -zvE '^tests/(sanity/|config\.yml$|output/)' \
+      | rsync -a --from0 --files-from=- ./ "$dest/"
   fi
-  rsync -a --delete --delete-excluded --exclude-from=<(printf '%s\n' "${skip[@]}") ./ "$dest/"
   for c in community/docker community/library_inventory_filtering_v1 ansible/posix; do
     mkdir -p "$base/ansible_collections/$(dirname $c)"
     rsync -a --delete ".ansible/collections/ansible_collections/$c/" "$base/ansible_collections/$c/"
@@ -156,12 +161,16 @@ build() {
   # What users run, and nothing of the development tooling, the lab, venvs or build products.
   local listing
   listing=$(tar -tzf "$tarball")
-  if grep -E '^(\.venv[^/]*|\.ansible|\.cache|\.ci|tests|molecule|bench|collections|inventories/lab|reports)(/|$)|^(Makefile|ansible\.cfg|pyproject\.toml|requirements-dev\.txt)$' <<<"$listing"; then
+  # Of tests/, only what ansible-test sanity reads in an installed collection (tests/config.yml, tests/sanity/); of
+  # docs/, only what an operator reads (the developer documents cite the checkout's tooling).
+  if grep -E '^(\.venv[^/]*|\.ansible|\.cache|\.ci|\.config|molecule|bench|collections|inventories/lab|reports)(/|$)|^(Makefile|ansible\.cfg|pyproject\.toml|requirements-dev\.txt)$|^docs/(development|attacks|faults|benchmarks)\.md$' <<<"$listing" \
+     || grep -E '^tests/' <<<"$listing" | grep -vxE 'tests/|tests/config\.yml|tests/sanity/|tests/sanity/ignore-[0-9.]+\.txt'; then
     echo "build_ignore leaks the files above into $tarball" >&2; return 1
   fi
   local f
   for f in LICENSE README.md CHANGELOG.rst requirements.txt bindep.txt meta/runtime.yml meta/execution-environment.yml \
-           playbooks/site.yml playbooks/status.yml inventories/example/hosts.yml docs/awx.md changelogs/changelog.yaml; do
+           playbooks/site.yml playbooks/status.yml inventories/example/hosts.yml docs/awx.md changelogs/changelog.yaml \
+           docs/examples/execution-environment.yml docs/examples/requirements.yml tests/config.yml tests/sanity/*.txt; do
     grep -qxF "$f" <<<"$listing" || { echo "$tarball lacks $f" >&2; return 1; }
   done
   local listed
@@ -188,45 +197,48 @@ build() {
   rm -rf "$tmp"
 }
 
-# Packaging as Galaxy, Automation Hub and ansible-builder see it, on the built tarball:
-# - galaxy-importer (with its ansible-doc and ansible-lint passes): 0 errors and 0 warnings;
+# Packaging as Galaxy, Automation Hub, ansible-builder and an operator see it, on the built tarball, in a directory
+# outside the checkout (inside a git work tree antsibull-docs lints only the files git tracks, and an installed
+# collection is not tracked: it found nothing there):
+# - version_added of every plugin and option against the last release (tests/tools/version_added.py);
+# - galaxy-importer with flake8 on (tests/tools/galaxy-importer.cfg): 0 errors, and only the warnings that
+#   docs/development.md explains (tests/tools/importer_log.py);
 # - antsibull-docs lint-collection-docs --plugin-docs on the installed collection: 0 errors;
-# - ansible-builder: `create` of an execution environment that installs the tarball, and `introspect` of the installed
-#   collection, whose Python and system requirements must be exactly the runtime files (requirements.txt, bindep.txt),
-#   never the development toolchain.
+# - ansible-lint on the installed collection with no configuration of ours, Hub's production profile: 0 failures;
+# - the shipped Markdown cites only what the tarball holds, and the README lists its content (tests/tools/shipped_docs.py);
+# - the README's install commands, verbatim, inside and outside a checkout (tests/tools/readme_install.py);
+# - ansible-builder: `create` of the shipped docs/examples/execution-environment.yml with the tarball beside it, the
+#   image's collection install step run on that context, and `introspect` of the installed collection, whose Python
+#   and system requirements must be exactly the runtime files (requirements.txt, bindep.txt), never the development
+#   toolchain.
+# (ansible-test sanity runs on the installed tarball in the sanity and matrix stages.)
 package() {
-  local tmp tarball
-  tmp=$(mktemp -d "$out/package.XXXXXX")
+  local tmp tarball inst
+  tmp=$(mktemp -d "${TMPDIR:-/tmp}/ttfleet-package.XXXXXX")
+  python tests/tools/version_added.py
   tarball=$(build_tarball "$tmp")
-  local log="$tmp/galaxy-importer.log" rc=0
-  (cd "$tmp" && python -m galaxy_importer.main "$tarball") >"$log" 2>&1 || rc=$?
-  if [ "$rc" -ne 0 ] || grep -qE '(^|: )(WARNING|ERROR)' "$log" || ! grep -q 'Importer processing completed successfully' "$log"; then
-    grep -E 'WARNING|ERROR' "$log" >&2 || tail -20 "$log" >&2
-    echo "galaxy-importer reports the warnings or errors above for $(basename "$tarball") (full log: $log)" >&2; return 1
-  fi
-  echo "galaxy-importer: 0 errors, 0 warnings" >&2
-  ANSIBLE_COLLECTIONS_PATH="$tmp/collections" ansible-galaxy collection install --force -p "$tmp/collections" "$tarball" >/dev/null
-  local inst="$tmp/collections/ansible_collections/ttfleet/inference"
+  local log="$tmp/galaxy-importer.log"
+  (cd "$tmp" && GALAXY_IMPORTER_CONFIG="$root/tests/tools/galaxy-importer.cfg" python -m galaxy_importer.main "$tarball") \
+    >"$log" 2>&1 || { tail -20 "$log" >&2; echo "galaxy-importer failed (full log: $log)" >&2; return 1; }
+  ANSIBLE_COLLECTIONS_PATH="$tmp/collections" ansible-galaxy collection install -p "$tmp/collections" "$tarball" >/dev/null
+  inst="$tmp/collections/ansible_collections/ttfleet/inference"
+  python tests/tools/importer_log.py "$log" "$inst"
   (cd "$inst" && ANSIBLE_COLLECTIONS_PATH="$tmp/collections" antsibull-docs lint-collection-docs --plugin-docs .)
   echo "antsibull-docs lint-collection-docs --plugin-docs: 0 errors" >&2
-  cp "$tarball" "$tmp/ee.tar.gz"
-  cat >"$tmp/execution-environment.yml" <<EOF
-version: 3
-images:
-  base_image:
-    name: ttfleet-ee-check:never-built
-dependencies:
-  ansible_core:
-    package_pip: ansible-core>=2.16
-  ansible_runner:
-    package_pip: ansible-runner
-  galaxy:
-    collections:
-      - name: ee.tar.gz
-        type: file
-EOF
-  (cd "$tmp" && ansible-builder create -f execution-environment.yml -c context --output-filename Containerfile >/dev/null)
-  test -f "$tmp/context/Containerfile"
+  (cd "$inst" && ANSIBLE_COLLECTIONS_PATH="$tmp/collections" XDG_CACHE_HOME="$tmp/cache" \
+     ansible-lint --offline --nocolor -q --profile production) || { echo "ansible-lint fails on the installed $(basename "$tarball")" >&2; return 1; }
+  echo "ansible-lint --profile production on the installed collection: 0 failures" >&2
+  python tests/tools/shipped_docs.py "$inst"
+  python tests/tools/readme_install.py "$tmp/readme"
+  mkdir "$tmp/ee"
+  cp docs/examples/execution-environment.yml "$tarball" "$tmp/ee/"
+  (cd "$tmp/ee" && ansible-builder create -f execution-environment.yml -c context --output-filename Containerfile >/dev/null)
+  # The image's collection step (WORKDIR /build, the context's _build): the example's requirements reach the tarball.
+  grep -q 'ansible-galaxy collection install .*-r requirements.yml' "$tmp/ee/context/Containerfile"
+  (cd "$tmp/ee/context/_build" && ANSIBLE_COLLECTIONS_PATH="$tmp/ee/installed" \
+     ansible-galaxy collection install -r requirements.yml --collections-path "$tmp/ee/installed" >/dev/null)
+  test -f "$tmp/ee/installed/ansible_collections/ttfleet/inference/MANIFEST.json"
+  echo "ansible-builder create: docs/examples/execution-environment.yml installs $(basename "$tarball")" >&2
   ansible-builder introspect --sanitize --write-pip "$tmp/pip.txt" --write-bindep "$tmp/bindep.txt" "$tmp/collections" >/dev/null
   python - "$tmp/pip.txt" "$tmp/bindep.txt" <<'PY'
 import pathlib, re, sys

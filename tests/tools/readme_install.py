@@ -75,6 +75,7 @@ def run_block(label, body, env, cwd):
     """Run a README block with bash; its output is shown only when it fails."""
     got = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", body],
+        check=False,
         env=env,
         cwd=cwd,
         text=True,

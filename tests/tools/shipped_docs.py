@@ -64,7 +64,7 @@ def content_problems(installed):
         return ["README.md: no '## Included content' section"]
     listed = {}
     for section in re.split(r"(?m)^### ", match.group(1))[1:]:
-        title, _, body = section.partition("\n")
+        title, _sep, body = section.partition("\n")
         listed[title.strip()] = set(re.findall(r"(?m)^- `ttfleet\.inference\.(\w+)`", body))
 
     def names(sub, suffix):

@@ -37,7 +37,9 @@ class Tree:
                 return None
             with open(full, encoding="utf-8") as handle:
                 return handle.read()
-        got = subprocess.run(["git", "show", f"{self.commit}:{path}"], cwd=ROOT, capture_output=True, text=True)
+        got = subprocess.run(
+            ["git", "show", f"{self.commit}:{path}"], cwd=ROOT, capture_output=True, text=True, check=False
+        )
         return got.stdout if got.returncode == 0 else None
 
     def listdir(self, path):
@@ -45,7 +47,11 @@ class Tree:
             full = os.path.join(ROOT, path)
             return sorted(os.listdir(full)) if os.path.isdir(full) else []
         got = subprocess.run(
-            ["git", "ls-tree", "--name-only", f"{self.commit}:{path}"], cwd=ROOT, capture_output=True, text=True
+            ["git", "ls-tree", "--name-only", f"{self.commit}:{path}"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
         )
         return got.stdout.split() if got.returncode == 0 else []
 
@@ -59,7 +65,7 @@ def _assigned(source, name):
 
 
 def fragment(tree, ref):
-    name, _, var = ref[len(PREFIX) :].partition(".")
+    name, _sep, var = ref[len(PREFIX) :].partition(".")
     source = tree.read(f"plugins/doc_fragments/{name}.py")
     if source is None:
         sys.exit(f"{ref}: no plugins/doc_fragments/{name}.py")
