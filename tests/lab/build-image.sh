@@ -10,25 +10,35 @@
 #                                           minbase with python3 and gosu (the media image's docker-entrypoint.sh drops
 #                                           to the user with it) and no documentation (a fraction of the lab image:
 #                                           every scenario loads, saves, pushes or pulls it)
+#   tests/lab/build-image.sh --suite trixie  a lab host of another Debian release (Debian 13 for the host matrix of
+#                                           the fleet scenario); tagged ttfleet-lab/debian-<suite>
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 suite=bookworm
 mirror=${TTFLEET_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 force=0 flavour=lab
-for arg in "$@"; do
-  case "$arg" in
+usage="usage: $0 [--force] [--pristine | --standin] [--suite bookworm|trixie]"
+while [ $# -gt 0 ]; do
+  case "$1" in
     --force) force=1 ;;
     --pristine) flavour=pristine ;;
     --standin) flavour=standin ;;
-    *) echo "usage: $0 [--force] [--pristine | --standin]" >&2; exit 2 ;;
+    --suite)
+      case "${2:-}" in
+        bookworm|trixie) suite=$2; shift ;;
+        *) echo "$usage: --suite takes bookworm or trixie, not '${2:-}'" >&2; exit 2 ;;
+      esac ;;
+    *) echo "$usage" >&2; exit 2 ;;
   esac
+  shift
 done
 if [ "$flavour" = lab ]; then
   # What later roles need on a host (as Ubuntu/Debian servers ship it): python and python3-apt for modules, git/venv for
   # tt-inference-server, rsync/curl for weights, iproute2/procps for diagnostics.
   packages=systemd,systemd-sysv,dbus,python3,python-is-python3,python3-apt,python3-venv,python3-yaml,sudo,iproute2,procps,git,rsync,curl,ca-certificates,util-linux
   repo=ttfleet-lab/debian
+  [ "$suite" = bookworm ] || repo="ttfleet-lab/debian-$suite"
 elif [ "$flavour" = standin ]; then
   packages=python3,gosu
   repo=ttfleet-lab/debian-standin
@@ -91,6 +101,26 @@ for unit in getty.target console-getty.service systemd-udevd.service systemd-ude
 done
 echo "ttfleet-lab" >"$rootfs/etc/hostname"
 : >"$rootfs/etc/machine-id"
+# Docker 26 and later (Debian 13's docker.io) write the sysctls of each container's interfaces, which Docker's read-only
+# /proc/sys in the lab host refuses ("failed to disable IPv6 on container's interface eth0"). A real host's /proc/sys is
+# writable: so is the lab host's, from boot, before the engine starts (the container has CAP_SYS_ADMIN).
+if [ "$flavour" = lab ] && [ "$suite" != bookworm ]; then
+  cat >"$rootfs/etc/systemd/system/lab-proc-sys-rw.service" <<'UNIT'
+[Unit]
+Description=LAB STAND-IN: a writable /proc/sys, as on a real host
+DefaultDependencies=no
+Before=docker.service sysinit.target
+
+[Service]
+Type=oneshot
+ExecStart=/bin/mount -o remount,rw /proc/sys
+
+[Install]
+WantedBy=sysinit.target
+UNIT
+  mkdir -p "$rootfs/etc/systemd/system/sysinit.target.wants"
+  ln -s ../lab-proc-sys-rw.service "$rootfs/etc/systemd/system/sysinit.target.wants/lab-proc-sys-rw.service"
+fi
 # Hardware stand-in for the lab only: prints the snapshot each lab host was given.
 [ "$flavour" = lab ] && install -m 0755 "$here/files/tt-smi" "$rootfs/usr/local/bin/tt-smi"
 rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*

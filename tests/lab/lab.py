@@ -260,8 +260,12 @@ def publish_ttis_mirror(name):
 
 
 def warm_apt_archive(name):
-    """Copy the lab's warm APT archive (tests/lab/build-image.sh: .cache/lab-debs/<recipe hash>) into the host."""
-    recipe = ensure_image().rsplit("-", 1)[-1]
+    """Copy the lab's warm APT archive (tests/lab/build-image.sh: .cache/lab-debs/<recipe hash>) into the host.
+
+    The archive is the one of the host's own Debian release (a Debian 13 host gets trixie's .debs).
+    """
+    codename = docker("exec", name, "sh", "-c", ". /etc/os-release && echo $VERSION_CODENAME").stdout.strip()
+    recipe = ensure_image("--suite", codename).rsplit("-", 1)[-1]
     debs = os.path.join(ROOT, ".cache", "lab-debs", recipe)
     if os.path.isdir(debs):
         docker("cp", f"{debs}/.", f"{name}:/var/cache/apt/archives/")

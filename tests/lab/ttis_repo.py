@@ -145,14 +145,16 @@ def build(work, pyyaml):
     shutil.rmtree(tree)
 
     wheels = os.path.join(work, "wheels")
-    # The lab image is Debian 12 (CPython 3.11, x86_64); hosts install from this with --no-index.
-    target = ["--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp",
-              "--platform", "manylinux2014_x86_64", "--platform", "manylinux_2_28_x86_64", "-d", wheels]
+    # The lab's hosts are Debian 12 (CPython 3.11) and Debian 13 (CPython 3.13), x86_64; they install from this with
+    # --no-index.
     pip = [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check"]
-    subprocess.run([*pip, "--no-deps", *target, f"PyYAML=={pyyaml}"], check=True)
-    # The tools venv of tt_host with every dependency: scenarios that only need the tools installed
-    # (tt_host_pip_extra_args --no-index) skip a minute of PyPI resolution per converge.
-    subprocess.run([*pip, *target, *tool_pins()], check=True)
+    for python in ("3.11", "3.13"):
+        target = ["--only-binary=:all:", "--python-version", python, "--implementation", "cp",
+                  "--platform", "manylinux2014_x86_64", "--platform", "manylinux_2_28_x86_64", "-d", wheels]
+        subprocess.run([*pip, "--no-deps", *target, f"PyYAML=={pyyaml}"], check=True)
+        # The tools venv of tt_host with every dependency: scenarios that only need the tools installed
+        # (tt_host_pip_extra_args --no-index) skip a minute of PyPI resolution per converge.
+        subprocess.run([*pip, *target, *tool_pins()], check=True)
     return {
         "bare": "tt-inference-server.git",
         "bundle": "tt-inference-server.bundle",
