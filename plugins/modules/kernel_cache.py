@@ -417,10 +417,10 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.operati
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.scan import DEFAULT_TEMP_PATTERNS
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.stores import HttpStore, PathStore, S3Store
+from ansible_collections.ttfleet.inference.plugins.module_utils._net import PROXY_OPTIONS, apply_proxy_env
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client, S3Error
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3_options import S3_OPTIONS, mask_url_credentials
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._net import PROXY_OPTIONS, apply_proxy_env
 
 def _store(params, url=None):
     if params["store"] == "path":
@@ -449,10 +449,10 @@ def _diff(params, result):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
+            **PROXY_OPTIONS,
             state=dict(type="str", choices=["deployed", "harvested", "inspected"], default="deployed"),
             volume=dict(type="path", required=True),
             model_name=dict(type="str", required=True),
-            **PROXY_OPTIONS,
             mesh=dict(type="str", required=True),
             impl_id=dict(type="str", required=True),
             tt_metal_commit=dict(type="str", required=True),
@@ -491,10 +491,10 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
+    apply_proxy_env(module)
     credentials_error = mask_url_credentials(module, ("store_url", "store_fallback_urls", "health_url", "s3_endpoint"))
     try:
         if credentials_error:
-    apply_proxy_env(module)
             raise KernelError(credentials_error)
         if not params["volume"].startswith("/"):
             raise KernelError(f"volume {params['volume']!r} must be an absolute path")

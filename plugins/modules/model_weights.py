@@ -384,9 +384,9 @@ skipped:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._net import PROXY_OPTIONS, apply_proxy_env
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3_options import (
     WEIGHTS_SOURCE_OPTIONS,
-from ansible_collections.ttfleet.inference.plugins.module_utils._net import PROXY_OPTIONS, apply_proxy_env
     mask_url_credentials,
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import (
@@ -401,9 +401,9 @@ URL_OPTIONS = ("hf_endpoint", "s3_endpoint", "peer_url")
 def main():
     module = AnsibleModule(
         argument_spec=dict(
+            **PROXY_OPTIONS,
             dest=dict(type="path", required=True),
             source=dict(type="str", choices=["hf", "path", "s3", "peer", "none"], default="hf"),
-            **PROXY_OPTIONS,
             repo_id=dict(type="str"),
             revision=dict(type="str"),
             path=dict(type="path"),
@@ -427,9 +427,9 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
+    apply_proxy_env(module)
     secret_values = (params["hf_token"], params["s3_secret_key"], params["s3_session_token"], params["s3_access_key"])
     credentials_error = mask_url_credentials(module, URL_OPTIONS)
-    apply_proxy_env(module)
     try:
         if credentials_error:
             raise WeightsError(credentials_error)
