@@ -337,19 +337,27 @@ class _Watchdog:
     """Shuts a socket down when its deadline passes, whatever read or write it is blocked in."""
 
     def __init__(self, sock: socket.socket, deadline: Deadline) -> None:
-        self.sock = sock
+        # A descriptor of its own for the connection: the TLS socket that wraps ``sock`` after the handshake (or after
+        # a proxy's CONNECT) detaches ``sock``, whose shutdown would then reach nothing.
+        self.sock: socket.socket | None = sock.dup()
         self.deadline = deadline
+        self.lock = threading.Lock()
         self.timer = threading.Timer(max(0.0, deadline.remaining()), self._fire)
         self.timer.daemon = True
         self.timer.start()
 
     def _fire(self) -> None:
         self.deadline.expired = True
-        with contextlib.suppress(OSError):
-            self.sock.shutdown(socket.SHUT_RDWR)
+        with self.lock, contextlib.suppress(OSError):
+            if self.sock is not None:
+                self.sock.shutdown(socket.SHUT_RDWR)
 
     def cancel(self) -> None:
         self.timer.cancel()
+        with self.lock:
+            if self.sock is not None:
+                self.sock.close()
+                self.sock = None
 
 
 def watch(sock: socket.socket, deadline: Deadline) -> _Watchdog:

@@ -9,6 +9,7 @@ the proxy saw: for an https origin only a CONNECT head and then TLS, never the t
 from __future__ import annotations
 
 import contextlib
+import http.client
 import os
 import re
 import shutil
@@ -22,6 +23,7 @@ import pytest
 from conftest import SLACK, HostileServer, drip, http_head, reply, send
 from test_hub import REPO, SHA, TOKEN, _tls_context, hub_script
 
+from ansible_collections.ttfleet.inference.plugins.module_utils import _net as net
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import KernelError
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.stores import HttpStore
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client, S3Error
@@ -379,3 +381,29 @@ def test_a_registry_token_goes_through_the_tunnel_only(tinyproxy, tls_origin, pr
     for secret in (registry_token, "regPassw0rd", "robot"):
         assert secret.encode() not in proxy.sent
     assert bytes(proxy.sent).startswith(f"CONNECT 127.0.0.1:{server.port}".encode())
+
+
+@pytest.mark.parametrize("through_proxy", [False, True])
+def test_the_overall_limit_holds_for_a_tls_origin_that_drips_its_answer(tinyproxy, tls_origin, proxy_env,
+                                                                         through_proxy):
+    """The watchdog is armed on the socket before CONNECT and the TLS handshake; the TLS socket that replaces it must
+    still be shut down when the overall limit passes (the origin drips its status line 10x inside the stall limit,
+    for 20 s, far longer than the limit)."""
+    origin = tls_origin(lambda conn, req, srv: drip(conn, b"HTTP/1.1 200 " + b"O" * 200 + b"\r\n", 0.1, srv.stop))
+    if through_proxy:
+        proxy_env(HTTPS_PROXY=tinyproxy().url)
+    deadline = net.Deadline(total=3, stall=1, what="the answer")
+    started = time.monotonic()
+    conn = net.connection("https", "127.0.0.1", origin.port, deadline, use_proxy=True)
+    try:
+        conn.request("GET", "/")
+        # http.client takes the status line cut short by the shutdown for a whole one; reading on is refused.
+        resp = conn.getresponse()
+        with pytest.raises(net.NetError, match="did not finish within its 3 s limit"):
+            net.read_capped(resp, 1024, "the answer", origin.url, deadline)
+    except (OSError, http.client.HTTPException):
+        pass  # or the cut came inside the status line: either way the deadline ended it
+    finally:
+        conn.close()
+    assert deadline.expired
+    assert time.monotonic() - started < 3 + SLACK
