@@ -59,7 +59,7 @@ class Tinyproxy:
         self.log = tmp_path / "tinyproxy.log"
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(["tinyproxy", "-d", "-c", str(conf)], stdout=out, stderr=subprocess.STDOUT)
-        for _ in range(100):
+        for _attempt in range(100):
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=1):
                 break
             time.sleep(0.05)
@@ -106,19 +106,29 @@ class Tinyproxy:
         self.proc.wait(10)
 
 
-@contextlib.contextmanager
-def _closing_all(make):
-    """``start(...)`` calls ``make(...)``; everything it made is closed at the end."""
-    made = []
-    yield lambda *args, **kwargs: made.append(make(*args, **kwargs)) or made[-1]
-    for thing in made:
-        thing.close()
+class _Started:
+    """``start(...)`` calls ``make(...)``; ``close()`` closes everything it made."""
+
+    def __init__(self, make):
+        self.make = make
+        self.made = []
+
+    def __call__(self, *args, **kwargs):
+        self.made.append(self.make(*args, **kwargs))
+        return self.made[-1]
+
+    def close(self):
+        for thing in self.made:
+            thing.close()
 
 
 @pytest.fixture
 def tinyproxy(tmp_path):
-    with _closing_all(lambda auth=False: Tinyproxy(tmp_path, auth)) as start:
+    start = _Started(lambda auth=False: Tinyproxy(tmp_path, auth))
+    try:
         yield start
+    finally:
+        start.close()
 
 
 @pytest.fixture
@@ -156,8 +166,11 @@ class TlsServer(HostileServer):
 def tls_origin(tmp_path, monkeypatch):
     context, cert = _tls_context(tmp_path)
     monkeypatch.setenv("SSL_CERT_FILE", cert)
-    with _closing_all(lambda script: TlsServer(script, context)) as start:
+    start = _Started(lambda script: TlsServer(script, context))
+    try:
         yield start
+    finally:
+        start.close()
 
 
 def test_an_https_hub_with_a_token_is_reached_through_a_connect_tunnel(tinyproxy, tls_origin, proxy_env):
@@ -319,8 +332,9 @@ def test_a_proxy_that_drips_its_connect_answer_hits_the_overall_limit(hostile, t
         (b"", "broke the HTTP protocol (RemoteDisconnected"),
     ],
 )
-def test_a_proxy_that_answers_connect_with_garbage_is_a_counted_failure(hostile, tls_origin, proxy_env, answer,
-                                                                       expected):
+def test_a_proxy_that_answers_connect_with_garbage_is_a_counted_failure(
+    hostile, tls_origin, proxy_env, answer, expected
+):
     liar = hostile(lambda conn, req, srv: send(conn, answer))
     text, _seconds, endpoint = _s3_through(liar.url, tls_origin, proxy_env, stall=2)
     assert f"the proxy {liar.url} (HTTPS_PROXY)" in text, text
@@ -384,8 +398,9 @@ def test_a_registry_token_goes_through_the_tunnel_only(tinyproxy, tls_origin, pr
 
 
 @pytest.mark.parametrize("through_proxy", [False, True])
-def test_the_overall_limit_holds_for_a_tls_origin_that_drips_its_answer(tinyproxy, tls_origin, proxy_env,
-                                                                         through_proxy):
+def test_the_overall_limit_holds_for_a_tls_origin_that_drips_its_answer(
+    tinyproxy, tls_origin, proxy_env, through_proxy
+):
     """The watchdog is armed on the socket before CONNECT and the TLS handshake; the TLS socket that replaces it must
     still be shut down when the overall limit passes (the origin drips its status line 10x inside the stall limit,
     for 20 s, far longer than the limit)."""
