@@ -3,10 +3,16 @@
 # in ROOT/releases/.stage-TAG, its commit checked, and only then renamed into place. Run by the
 # inference_server role (ansible.builtin.script with creates=ROOT/releases/TAG).
 #
-#   install-release.sh ROOT TAG SOURCE LOCATION DEPTH COMMIT
+#   install-release.sh ROOT TAG SOURCE LOCATION DEPTH COMMIT [ENV_FILE]
 #
+# ENV_FILE:       a file only root can read, of NAME='value' lines (sh-quoted): the proxy variables,
+#                 TTFLEET_TTIS_GIT_URL and TTFLEET_FETCH_TIMEOUT. They are sourced and exported here, because
+#                 what Ansible's `environment:` sets is written onto the remote command line, which every local
+#                 user can read in /proc/*/cmdline. Without it, the same names are read from the environment.
 # SOURCE git:     the URL is read from $TTFLEET_TTIS_GIT_URL, never from the command line (it may hold
-#                 a token); it is not stored in the checkout either (no remote, no FETCH_HEAD).
+#                 a token); it is not stored in the checkout either (no remote, no FETCH_HEAD). The
+#                 user:password of an http(s) URL reaches git through a credential-store file only root can
+#                 read, never in the URL: git hands the URL it fetches on to its remote helper's command line.
 # SOURCE bundle:  LOCATION is a git bundle on the host; it is removed after a successful install.
 # SOURCE archive: LOCATION is a tar archive of a checkout (GitHub's layout: one top directory); it is
 #                 removed after a successful install. Its commit is the one `git archive` wrote into
@@ -21,6 +27,16 @@ set -eu
 umask 022
 
 root=$1 tag=$2 source=$3 location=$4 depth=$5 commit=$6
+if [ $# -ge 7 ]; then
+  case $7 in
+    /*) ;;
+    *) echo "install-release: the environment file $7 is not an absolute path" >&2; exit 1 ;;
+  esac
+  set -a
+  # shellcheck source=/dev/null
+  . "$7"
+  set +a
+fi
 releases=$root/releases
 final=$releases/$tag
 stage=$releases/.stage-$tag
@@ -33,6 +49,11 @@ fail() {
   rm -rf "$stage" "$stage.unpack"
   exit 1
 }
+
+# The credential-store directory of a git URL with credentials, removed however the script ends.
+secrets=
+trap '[ -z "$secrets" ] || rm -rf "$secrets"' EXIT
+trap 'exit 1' HUP INT TERM
 
 [ ! -e "$final" ] || fail "$final exists already; it is never overwritten"
 mkdir -p "$releases"
@@ -56,9 +77,32 @@ fetch_tag() { # fetch_tag FROM [git fetch options]: check out refs/tags/TAG from
 
 case $source in
   git)
-    [ -n "${TTFLEET_TTIS_GIT_URL:-}" ] || fail "TTFLEET_TTIS_GIT_URL is empty"
+    url=${TTFLEET_TTIS_GIT_URL:-}
+    [ -n "$url" ] || fail "TTFLEET_TTIS_GIT_URL is empty"
+    GIT_CONFIG_COUNT=1
+    case $url in
+      http://* | https://*)
+        scheme=${url%%://*}
+        rest=${url#*://}
+        authority=${rest%%/*}
+        case $authority in
+          *@*)
+            # user:TOKEN@ goes to a root-only credential-store file (git percent-decodes it as it would the URL's);
+            # the helpers root may have configured are reset, so none of them is asked to store the token.
+            secrets=$(mktemp -d)
+            (umask 077 && printf '%s://%s\n' "$scheme" "$authority" >"$secrets/credentials") \
+              || fail "cannot write the git credentials to $secrets"
+            url=$scheme://${authority##*@}${rest#"$authority"}
+            GIT_CONFIG_COUNT=4 GIT_CONFIG_KEY_1=credential.helper GIT_CONFIG_VALUE_1=
+            GIT_CONFIG_KEY_2=credential.helper GIT_CONFIG_VALUE_2="store --file=$secrets/credentials"
+            GIT_CONFIG_KEY_3=credential.useHttpPath GIT_CONFIG_VALUE_3=false
+            export GIT_CONFIG_KEY_1 GIT_CONFIG_VALUE_1 GIT_CONFIG_KEY_2 GIT_CONFIG_VALUE_2 GIT_CONFIG_KEY_3 GIT_CONFIG_VALUE_3
+            ;;
+        esac
+        ;;
+    esac
     # The remote exists only in this process's environment (git >= 2.31), not in .git/config.
-    GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=remote.origin.url GIT_CONFIG_VALUE_0=$TTFLEET_TTIS_GIT_URL
+    GIT_CONFIG_KEY_0=remote.origin.url GIT_CONFIG_VALUE_0=$url
     export GIT_CONFIG_COUNT GIT_CONFIG_KEY_0 GIT_CONFIG_VALUE_0
     if [ "$depth" -gt 0 ]; then
       fetch_tag origin --depth "$depth"
