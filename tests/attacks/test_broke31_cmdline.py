@@ -113,9 +113,9 @@ class ProxyOrigin:
             origin = _basic(headers.get("authorization"))
             self.heads.append((lines[0], proxy, origin))
             if proxy != self.proxy_auth:
-                answer = b"HTTP/1.1 407 X\r\nProxy-Authenticate: Basic realm=\"lab\"\r\n"
+                answer = b'HTTP/1.1 407 X\r\nProxy-Authenticate: Basic realm="lab"\r\n'
             elif not lines[0].startswith("CONNECT") and self.origin_auth and origin != self.origin_auth:
-                answer = b"HTTP/1.1 401 X\r\nWWW-Authenticate: Basic realm=\"lab\"\r\n"
+                answer = b'HTTP/1.1 401 X\r\nWWW-Authenticate: Basic realm="lab"\r\n'
             else:
                 self.held.append(lines[0])
                 self.stop.wait(HOLD)
@@ -143,8 +143,8 @@ def _secret_password():
     return marker, f"It's $HOME; $(touch PWNED) {marker}"
 
 
-def _install_play(arena, poll_words, secret_values, host_vars):
-    """Run the role's install tasks (-vvv) while uid 1000 polls every command line; returns (play, poller result)."""
+def _install_play(arena, poll_words, secret_values, host_vars, role="inference_server", start_at=None):
+    """Run a role's install tasks (-vvv) while uid 1000 polls every command line; returns (play, poller result)."""
     private = arena.private
     tmpdir = private / "tmp"
     tmpdir.mkdir()
@@ -162,9 +162,10 @@ def _install_play(arena, poll_words, secret_values, host_vars):
     }
     inventory.write_text(json.dumps({"all": {"hosts": {"target": host}}}))
     play = private / "play.yml"
+    # import_role, so that --start-at-task can enter it.
     play.write_text(
         "- hosts: all\n  gather_facts: false\n  tasks:\n"
-        "    - ansible.builtin.include_role:\n        name: ttfleet.inference.inference_server\n"
+        f"    - ansible.builtin.import_role:\n        name: ttfleet.inference.{role}\n"
         "        tasks_from: install\n"
     )
     env = {
@@ -180,6 +181,8 @@ def _install_play(arena, poll_words, secret_values, host_vars):
         ANSIBLE_REMOTE_TMP=str(private / "ansible-remote-tmp"),
         ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default",
         HOME=str(private),
+        # tt_host makes its venv with the python3 in PATH: this one has venv and ensurepip on any machine.
+        PATH=f"{Path(PYTHON).parent}:{os.environ['PATH']}",
         TMPDIR=str(tmpdir),
         LANG="C.UTF-8",
         LC_ALL="C.UTF-8",
@@ -199,7 +202,8 @@ def _install_play(arena, poll_words, secret_values, host_vars):
         poller.stdin.flush()
         playbook = Path(PYTHON).with_name("ansible-playbook")
         proc = subprocess.run(
-            [str(playbook), "-vvv", "-i", str(inventory), str(play)],
+            [str(playbook), "-vvv", "-i", str(inventory), str(play)]
+            + ([f"--start-at-task={start_at}"] if start_at else []),
             cwd=private,
             env=env,
             capture_output=True,
@@ -241,8 +245,8 @@ def test_git_fetch_hides_the_proxy_password_and_the_url_token(arena):
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0, "the held fetch should have failed the install"
     assert "Installing tt-inference-server v0.20.0 from the git source failed" in output, output[-3000:]
-    assert any("remote-http" in line for line in polled["seen"]), f"never saw git's remote helper: {polled['seen']}"
     _assert_no_leak(proc, polled, [marker, token], tmpdir)
+    assert any("remote-http" in line for line in polled["seen"]), f"never saw git's remote helper: {polled['seen']}"
     # git had both: the proxy password and the token arrived exactly as configured.
     assert server.held, f"the proxy never got both credentials: {server.heads}"
     assert all(line.startswith("GET http://git.lab.invalid/") for line in server.held), server.held
@@ -262,14 +266,45 @@ def test_pip_install_hides_the_proxy_password(arena):
             {
                 "inference_server_source": "path",
                 "inference_server_path": str(release),
-                "inference_server_pip_extra_args": ["--retries", "0", "--index-url", "https://pypi.lab.invalid/simple/"],
+                "inference_server_pip_extra_args": [
+                    "--retries",
+                    "0",
+                    "--index-url",
+                    "https://pypi.lab.invalid/simple/",
+                ],
                 "tt_proxy_env": {"HTTPS_PROXY": proxy_url, "https_proxy": proxy_url, "no_proxy": "", "NO_PROXY": ""},
             },
         )
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0, "the held pip install should have failed"
     assert "Install the pinned PyYAML into the release venv" in output, output[-3000:]
-    assert any("-m pip install" in line for line in polled["seen"]), f"never saw pip: {polled['seen']}"
     _assert_no_leak(proc, polled, [marker], tmpdir)
+    assert any("install" in line and "PyYAML==" in line for line in polled["seen"]), f"never saw pip: {polled['seen']}"
+    assert server.held, f"pip never reached the proxy with its password: {server.heads}"
+    assert all(line.startswith("CONNECT pypi.lab.invalid:443 ") for line in server.held), server.held
+
+
+def test_tt_host_pip_install_hides_the_proxy_password(arena):
+    """tt_host's tools venv (tt-smi, tt-flash): its tasks from the venv on (the APT tasks before them need a host)."""
+    marker, password = _secret_password()
+    with proxy_origin(f"fleet:{password}") as server:
+        proxy_url = f"http://fleet:{urllib.parse.quote(password, safe=chr(39) + '$;()')}@127.0.0.1:{server.port}"
+        proc, polled, tmpdir = _install_play(
+            arena,
+            ["pip", "install"],
+            [marker],
+            {
+                "tt_host_tools_venv": str(arena.private / "tools-venv"),
+                "tt_host_pip_extra_args": "--retries 0 --index-url https://pypi.lab.invalid/simple/",
+                "tt_proxy_env": {"HTTPS_PROXY": proxy_url, "https_proxy": proxy_url, "no_proxy": "", "NO_PROXY": ""},
+            },
+            role="tt_host",
+            start_at="Create the tools venv",
+        )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, "the held pip install should have failed"
+    assert "Install tt-smi and tt-flash at their pinned versions" in output, output[-3000:]
+    _assert_no_leak(proc, polled, [marker], tmpdir)
+    assert any("install" in line and "tt-smi==" in line for line in polled["seen"]), f"never saw pip: {polled['seen']}"
     assert server.held, f"pip never reached the proxy with its password: {server.heads}"
     assert all(line.startswith("CONNECT pypi.lab.invalid:443 ") for line in server.held), server.held
