@@ -317,7 +317,7 @@ run_entry() {
 # What every molecule scenario and the fault suite need, made once before they run side by side: the Docker engine (a
 # pristine machine installs docker.io), the lab image, the lab's TTIS repository and the Debian packages of the stages.
 lab_ready() {
-  need_debs zstd shellcheck rsync git debootstrap
+  need_debs zstd shellcheck rsync git debootstrap tinyproxy
   tests/lab/ensure-docker.sh
   # The Debian 13 host of the fleet scenario (molecule/fleet: fl-n300), built beside the Debian 12 images: a
   # debootstrap is mostly waiting on the mirror.
@@ -418,7 +418,8 @@ all() {
   printf '===== lab set-up: ok in %ss (beside lint, unit, attacks and hostile, which took %ss) =====\n' \
     "$(cat "$lab_log.seconds")" "$((SECONDS - lab_start))" >&2
   local -A seconds=([upgrade]=1060 [fleet]=670 [kernel_cache]=350 [serve]=340 [inference_server]=190 [tt_host]=180
-                    [model_weights_faults]=170 [modules]=170 [model_cache]=170 [profiles]=200 [images]=580)
+                    [model_weights_faults]=170 [modules]=170 [model_cache]=170 [profiles]=200 [images]=580
+                    [proxy]=200)
   local jobs=() s
   # The other checks (sanity ... entrypoints, about 460 s) and the fault suite (about 150 s) as jobs among the scenarios.
   jobs+=("460 sanity matrix build package entrypoints" "150 faults")

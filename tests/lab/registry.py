@@ -28,9 +28,10 @@ after the push. The vars file (YAML), also printed as JSON on stdout, holds:
 
 A registry left running by an earlier start on the same DIR is stopped first. stop kills the registry and the
 proxy (their process groups) and removes the vars file. ca makes a lab CA (cached in DIR/ca.key, DIR/ca.crt;
-EC P-256, 10 years) and, for each NAME, a server certificate signed by it (subjectAltName DNS:NAME, serverAuth),
-printed as JSON {"ca": PEM, "certs": {NAME: {"cert": PEM, "key": PEM}}}. padded-image builds an image FROM another
-with one extra layer of N MiB of random bytes (a new image with bytes to pull) and saves it.
+EC P-256, 10 years) and, for each NAME, a server certificate signed by it (subjectAltName DNS:NAME, or IP:NAME for
+an IPv4 address; serverAuth), printed as JSON {"ca": PEM, "certs": {NAME: {"cert": PEM, "key": PEM}}}.
+padded-image builds an image FROM another with one extra layer of N MiB of random bytes (a new image with bytes to
+pull) and saves it.
 """
 
 from __future__ import annotations
@@ -498,7 +499,7 @@ EC_KEY = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
 def ca(args):
     for name in args.name:
         if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?", name):
-            raise SystemExit(f"--name {name!r}: expected a DNS name")
+            raise SystemExit(f"--name {name!r}: expected a DNS name or an IPv4 address")
     os.makedirs(args.state, exist_ok=True)
     ca_key, ca_crt = os.path.join(args.state, "ca.key"), os.path.join(args.state, "ca.crt")
     old_umask = os.umask(0o077)  # keys are born 0600
@@ -517,8 +518,9 @@ def ca(args):
                 os.path.join(args.state, f"{name}.{suffix}") for suffix in ("key", "csr", "crt", "ext")
             )
             with open(ext, "w") as handle:
+                kind = "IP" if re.fullmatch(r"\d+\.\d+\.\d+\.\d+", name) else "DNS"
                 handle.write(
-                    f"subjectAltName=DNS:{name}\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n"
+                    f"subjectAltName={kind}:{name}\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n"
                     "keyUsage=critical,digitalSignature\nauthorityKeyIdentifier=keyid,issuer\n"
                 )
             _openssl("req", *EC_KEY, "-keyout", key, "-out", csr, "-subj", f"/CN={name}")

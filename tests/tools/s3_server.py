@@ -11,9 +11,12 @@ As a library: ``with SeaweedS3(dir, access_key, secret_key) as server: server.en
 As a command (molecule on the controller)::
 
     s3_server.py start --dir D --bind 172.17.0.1 --access-key-file F --secret-key-file F2 --info OUT.json
+                       [--tls-cert CERT.pem --tls-key KEY.pem --ca CA.pem]
     s3_server.py stop --info OUT.json
 
-Keys are read from files (0600) so they never show in ``ps``.
+Keys are read from files (0600) so they never show in ``ps``. With ``--tls-cert`` and ``--tls-key`` the S3 port
+speaks HTTPS only (SeaweedFS' ``-s3.cert.file``), the endpoint is ``https://``, and ``--ca`` is what start trusts
+while it waits for the gateway.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import random
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -71,7 +75,9 @@ def free_port(host, avoid=()):
 
 
 class SeaweedS3:
-    def __init__(self, data_dir, access_key, secret_key, host="127.0.0.1"):
+    def __init__(self, data_dir, access_key, secret_key, host="127.0.0.1", tls=None):
+        # tls: None, or (certificate file, key file, CA file) for an HTTPS-only S3 port.
+        self.tls = tls
         self.data_dir = data_dir
         self.host = host
         self.access_key = access_key
@@ -120,16 +126,20 @@ class SeaweedS3:
         for name, port in self.ports.items():
             args += [f"-{name}.port={port}", f"-{name}.port.grpc={port + 10000}"]
         args += ["-s3", f"-s3.config={config}", "-s3.port.iceberg=0", "-s3.port.lance=0", "-metricsPort=0"]
+        context = None
+        if self.tls:
+            args += [f"-s3.cert.file={self.tls[0]}", f"-s3.key.file={self.tls[1]}"]
+            context = ssl.create_default_context(cafile=self.tls[2])
         self.log_path = os.path.join(self.data_dir, "weed.log")
         start = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
         log = open(self.log_path, "ab")  # noqa: SIM115 - the server's lifetime
         self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
-        self.endpoint = f"http://{self.host}:{self.ports['s3']}"
+        self.endpoint = f"{'https' if self.tls else 'http'}://{self.host}:{self.ports['s3']}"
         deadline = time.monotonic() + timeout
         while True:
             try:
-                urllib.request.urlopen(self.endpoint + "/", timeout=2).close()
+                urllib.request.urlopen(self.endpoint + "/", timeout=2, context=context).close()
                 return self
             except urllib.error.HTTPError:
                 # 403 to an anonymous request: the gateway is up and checks signatures.
@@ -177,11 +187,17 @@ def main(argv=None):
     start.add_argument("--access-key-file", required=True)
     start.add_argument("--secret-key-file", required=True)
     start.add_argument("--info", required=True)
+    start.add_argument("--tls-cert")
+    start.add_argument("--tls-key")
+    start.add_argument("--ca")
     stop = sub.add_parser("stop")
     stop.add_argument("--info", required=True)
     args = parser.parse_args(argv)
     if args.cmd == "start":
-        server = SeaweedS3(args.dir, _read(args.access_key_file), _read(args.secret_key_file), args.bind).start()
+        if bool(args.tls_cert) != bool(args.tls_key) or (args.tls_cert and not args.ca):
+            parser.error("--tls-cert, --tls-key and --ca go together")
+        tls = (args.tls_cert, args.tls_key, args.ca) if args.tls_cert else None
+        server = SeaweedS3(args.dir, _read(args.access_key_file), _read(args.secret_key_file), args.bind, tls).start()
         with open(args.info, "w") as handle:
             json.dump({"pid": server.proc.pid, "endpoint": server.endpoint, "log": server.log_path}, handle)
         print(server.endpoint)
