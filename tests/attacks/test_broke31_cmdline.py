@@ -24,7 +24,7 @@ import contextlib
 import json
 import os
 import secrets
-import socket
+import socketserver
 import subprocess
 import threading
 import urllib.parse
@@ -69,72 +69,76 @@ def _basic(value):
     return base64.b64decode(value[6:]).decode("utf-8", "replace")
 
 
-class ProxyOrigin:
+class ProxyOrigin(socketserver.ThreadingTCPServer):
     """An HTTP proxy on 127.0.0.1 that is also the git origin behind it (plain HTTP requests) and a CONNECT endpoint.
 
     It answers 407 until the expected proxy credential arrives, then (for a plain request) 401 until the expected
     origin credential arrives; a request that has them all is recorded and held for HOLD seconds, then dropped.
     """
 
+    daemon_threads = True
+
     def __init__(self, proxy_auth, origin_auth=None):
+        super().__init__(("127.0.0.1", 0), _ProxyOriginHandler)
         self.proxy_auth, self.origin_auth = proxy_auth, origin_auth
         self.heads = []  # (request line, Proxy-Authorization user:password, Authorization user:password)
         self.held = []
         self.stop = threading.Event()
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self._serve, daemon=True).start()
+        self.port = self.server_address[1]
 
-    def _serve(self):
-        while not self.stop.is_set():
-            try:
-                conn, _addr = self.sock.accept()
-            except OSError:
-                continue
-            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
 
-    def _one(self, conn):
-        with conn:
-            conn.settimeout(10)
-            data = b""
-            with contextlib.suppress(OSError):
-                while b"\r\n\r\n" not in data and len(data) < 65536:
-                    part = conn.recv(4096)
-                    if not part:
-                        return
-                    data += part
-            lines = data.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")
+class _ProxyOriginHandler(socketserver.StreamRequestHandler):
+    timeout = 10
+
+    def handle(self):
+        server = self.server
+        with contextlib.suppress(OSError):
+            lines = []
+            while len(lines) < 100:
+                line = self.rfile.readline(65536).decode("latin-1").rstrip("\r\n")
+                if not line:
+                    break
+                lines.append(line)
+            if not lines:
+                return
             headers = {}
             for line in lines[1:]:
                 name, _sep, value = line.partition(":")
                 headers[name.strip().lower()] = value.strip()
             proxy = _basic(headers.get("proxy-authorization"))
             origin = _basic(headers.get("authorization"))
-            self.heads.append((lines[0], proxy, origin))
-            if proxy != self.proxy_auth:
+            server.heads.append((lines[0], proxy, origin))
+            if proxy != server.proxy_auth:
                 answer = b'HTTP/1.1 407 X\r\nProxy-Authenticate: Basic realm="lab"\r\n'
-            elif not lines[0].startswith("CONNECT") and self.origin_auth and origin != self.origin_auth:
+            elif not lines[0].startswith("CONNECT") and server.origin_auth and origin != server.origin_auth:
                 answer = b'HTTP/1.1 401 X\r\nWWW-Authenticate: Basic realm="lab"\r\n'
             else:
-                self.held.append(lines[0])
-                self.stop.wait(HOLD)
+                server.held.append(lines[0])
+                server.stop.wait(HOLD)
                 return
-            with contextlib.suppress(OSError):
-                conn.sendall(answer + b"Content-Length: 0\r\nConnection: close\r\n\r\n")
-
-    def close(self):
-        self.stop.set()
-        self.sock.close()
+            self.wfile.write(answer + b"Content-Length: 0\r\nConnection: close\r\n\r\n")
 
 
 @contextlib.contextmanager
 def proxy_origin(proxy_auth, origin_auth=None):
     server = ProxyOrigin(proxy_auth, origin_auth)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield server
     finally:
-        server.close()
+        server.stop.set()
+        server.shutdown()
+        server.server_close()
+
+
+def _proxy_env(password, server, *names):
+    """tt_proxy_env with ``names`` set to the proxy URL of ``server`` (user fleet, ``password``) and nothing exempt.
+
+    Only the space is encoded: ', $, ; and parentheses are allowed as they are in the user information of a URL, so
+    the value handed to the role holds them raw.
+    """
+    url = f"http://fleet:{urllib.parse.quote(password, safe=chr(39) + '$;()')}@127.0.0.1:{server.port}"
+    return {**dict.fromkeys(names, url), "no_proxy": "", "NO_PROXY": ""}
 
 
 def _secret_password():
@@ -226,11 +230,21 @@ def _assert_no_leak(proc, polled, secret_values, tmpdir):
     assert list(tmpdir.iterdir()) == [], f"environment files left behind: {list(tmpdir.iterdir())}"
 
 
+def _assert_pip_was_held(proc, polled, marker, tmpdir, server, task, pin):
+    """pip ran (``pin`` on its command line) in ``task``, reached the proxy with the password, and nothing leaked."""
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, "the held pip install should have failed"
+    assert task in output, output[-3000:]
+    _assert_no_leak(proc, polled, [marker], tmpdir)
+    assert any("install" in line and pin in line for line in polled["seen"]), f"never saw pip: {polled['seen']}"
+    assert server.held, f"pip never reached the proxy with its password: {server.heads}"
+    assert all(line.startswith("CONNECT pypi.lab.invalid:443 ") for line in server.held), server.held
+
+
 def test_git_fetch_hides_the_proxy_password_and_the_url_token(arena):
     marker, password = _secret_password()
     token = f"T0KEN-{secrets.token_hex(8)}"
     with proxy_origin(f"fleet:{password}", f"deploy:{token}") as server:
-        proxy_url = f"http://fleet:{urllib.parse.quote(password, safe=chr(39) + '$;()')}@127.0.0.1:{server.port}"
         proc, polled, tmpdir = _install_play(
             arena,
             ["remote-http", "fetch"],
@@ -239,7 +253,7 @@ def test_git_fetch_hides_the_proxy_password_and_the_url_token(arena):
                 "inference_server_source": "git",
                 "inference_server_git_url": f"http://deploy:{token}@git.lab.invalid/tt-inference-server.git",
                 # libcurl (git) reads only the lowercase name for plain-http URLs.
-                "tt_proxy_env": {"http_proxy": proxy_url, "no_proxy": "", "NO_PROXY": ""},
+                "tt_proxy_env": _proxy_env(password, server, "http_proxy"),
             },
         )
     output = proc.stdout + proc.stderr
@@ -258,7 +272,6 @@ def test_pip_install_hides_the_proxy_password(arena):
     release.mkdir()
     (release / "VERSION").write_text("0.20.0\n")
     with proxy_origin(f"fleet:{password}") as server:
-        proxy_url = f"http://fleet:{urllib.parse.quote(password, safe=chr(39) + '$;()')}@127.0.0.1:{server.port}"
         proc, polled, tmpdir = _install_play(
             arena,
             ["pip", "install"],
@@ -272,23 +285,18 @@ def test_pip_install_hides_the_proxy_password(arena):
                     "--index-url",
                     "https://pypi.lab.invalid/simple/",
                 ],
-                "tt_proxy_env": {"HTTPS_PROXY": proxy_url, "https_proxy": proxy_url, "no_proxy": "", "NO_PROXY": ""},
+                "tt_proxy_env": _proxy_env(password, server, "HTTPS_PROXY", "https_proxy"),
             },
         )
-    output = proc.stdout + proc.stderr
-    assert proc.returncode != 0, "the held pip install should have failed"
-    assert "Install the pinned PyYAML into the release venv" in output, output[-3000:]
-    _assert_no_leak(proc, polled, [marker], tmpdir)
-    assert any("install" in line and "PyYAML==" in line for line in polled["seen"]), f"never saw pip: {polled['seen']}"
-    assert server.held, f"pip never reached the proxy with its password: {server.heads}"
-    assert all(line.startswith("CONNECT pypi.lab.invalid:443 ") for line in server.held), server.held
+    _assert_pip_was_held(
+        proc, polled, marker, tmpdir, server, "Install the pinned PyYAML into the release venv", "PyYAML=="
+    )
 
 
 def test_tt_host_pip_install_hides_the_proxy_password(arena):
     """tt_host's tools venv (tt-smi, tt-flash): its tasks from the venv on (the APT tasks before them need a host)."""
     marker, password = _secret_password()
     with proxy_origin(f"fleet:{password}") as server:
-        proxy_url = f"http://fleet:{urllib.parse.quote(password, safe=chr(39) + '$;()')}@127.0.0.1:{server.port}"
         proc, polled, tmpdir = _install_play(
             arena,
             ["pip", "install"],
@@ -296,15 +304,11 @@ def test_tt_host_pip_install_hides_the_proxy_password(arena):
             {
                 "tt_host_tools_venv": str(arena.private / "tools-venv"),
                 "tt_host_pip_extra_args": "--retries 0 --index-url https://pypi.lab.invalid/simple/",
-                "tt_proxy_env": {"HTTPS_PROXY": proxy_url, "https_proxy": proxy_url, "no_proxy": "", "NO_PROXY": ""},
+                "tt_proxy_env": _proxy_env(password, server, "HTTPS_PROXY", "https_proxy"),
             },
             role="tt_host",
             start_at="Create the tools venv",
         )
-    output = proc.stdout + proc.stderr
-    assert proc.returncode != 0, "the held pip install should have failed"
-    assert "Install tt-smi and tt-flash at their pinned versions" in output, output[-3000:]
-    _assert_no_leak(proc, polled, [marker], tmpdir)
-    assert any("install" in line and "tt-smi==" in line for line in polled["seen"]), f"never saw pip: {polled['seen']}"
-    assert server.held, f"pip never reached the proxy with its password: {server.heads}"
-    assert all(line.startswith("CONNECT pypi.lab.invalid:443 ") for line in server.held), server.held
+    _assert_pip_was_held(
+        proc, polled, marker, tmpdir, server, "Install tt-smi and tt-flash at their pinned versions", "tt-smi=="
+    )
