@@ -32,7 +32,7 @@ from pathlib import Path
 
 from conftest import COLLECTIONS, PYTHON, as_attacker, attacker_python
 
-HOLD = 4.0  # seconds the proxy holds an authenticated request: the fetching process lives at least this long
+HOLD = 2.0  # seconds the proxy holds an authenticated request: the fetching process lives at least this long
 PLAY_TIMEOUT = 240
 
 # uid 1000's side: read every /proc/<pid>/cmdline until the stop file appears. The secrets come on stdin (on argv they
