@@ -121,6 +121,11 @@ def show_origin(url: str) -> str:
     return f"{scheme}://{host}:{port}"
 
 
+def seconds(value: float) -> str:
+    """``value`` seconds for a message: whole seconds, tenths below one (``0.3``), never ``2.0``."""
+    return f"{value:.0f}" if value >= 1 else f"{value:.1f}"
+
+
 class Deadline:
     """A stall limit and an overall limit for one network operation (a request, a listing, one file)."""
 
@@ -137,6 +142,10 @@ class Deadline:
         self.stall = float(stall)
         self.what = what
         self.expired = False
+        # The operation this one is part of, when its limit cut this one's short (within()): its limit is then named.
+        self.parent: Deadline | None = None
+        # Whether the last socket timeout handed out was cut short by the overall limit: a timeout then is that limit.
+        self.capped = False
         # The proxy (masked) the last connection of this operation went through; describe() names it.
         self.via: str | None = None
 
@@ -152,6 +161,16 @@ class Deadline:
         """A transfer of ``size`` bytes: ``floor`` seconds plus the time it takes at ``rate`` bytes/s."""
         return cls(total=floor + max(0, size or 0) / rate, stall=stall, what=what)
 
+    @classmethod
+    def within(cls, parent: Deadline, total: float, stall: float, what: str) -> Deadline:
+        """One step (a page, a request) of ``parent``'s operation: ``total`` seconds at most, never past ``parent``'s
+        limit; when that limit is what ends the step, the error names it."""
+        left = parent.remaining()
+        step = cls(total=min(total, left), stall=stall, what=what, clock=parent.clock)
+        if left < total:
+            step.parent = parent
+        return step
+
     def remaining(self) -> float:
         return self.total - (self.clock() - self.start)
 
@@ -160,6 +179,7 @@ class Deadline:
         left = self.remaining()
         if left <= 0:
             raise self.error()
+        self.capped = left < self.stall
         return max(0.05, min(self.stall, left))
 
     def check(self) -> None:
@@ -168,10 +188,12 @@ class Deadline:
 
     def error(self) -> NetError:
         self.expired = True
-        return NetError(f"{self.what} did not finish within its {self.total:.0f} s limit")
+        if self.parent is not None:
+            return self.parent.error()
+        return NetError(f"{self.what} did not finish within its {seconds(self.total)} s limit")
 
     def stalled(self, where: str = "") -> NetError:
-        return NetError(f"{self.what} stalled: no data for {self.stall:.0f} s{where}")
+        return NetError(f"{self.what} stalled: no data for {seconds(self.stall)} s{where}")
 
 
 # The proxy variables of each origin scheme, as urllib reads them (lowercase first: it wins when both are set).
@@ -642,13 +664,16 @@ def describe(exc: BaseException, deadline: Deadline | None, url: str) -> NetErro
     where = show_origin(url)
     if deadline is not None and deadline.via:
         where += f" (through the proxy {deadline.via})"
-    if deadline is not None and deadline.expired:
-        return NetError(f"{deadline.what} from {where}: {deadline.error()}")
     reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-    if isinstance(reason, (socket.timeout, TimeoutError)):
+    timed_out = isinstance(reason, (socket.timeout, TimeoutError))
+    # A socket timeout that the overall limit had cut short is that limit, not a stall (on a loaded machine the socket
+    # can give up a hair before the clock says the limit has passed).
+    if deadline is not None and (deadline.expired or (timed_out and (deadline.capped or deadline.remaining() <= 0))):
+        return NetError(f"{deadline.what} from {where}: {deadline.error()}")
+    if timed_out:
         return NetError(
             f"{deadline.what if deadline else 'the request'} from {where} stalled: no data for "
-            f"{deadline.stall if deadline else '?'} s"
+            f"{seconds(deadline.stall) if deadline else '?'} s"
         )
     if isinstance(exc, http.client.HTTPException):
         return NetError(f"{where} broke the HTTP protocol ({type(exc).__name__}: {printable(exc, 200)})")

@@ -250,7 +250,7 @@ class Hub:
                     f"{page} pages); retry later or use another hf_endpoint"
                 )
             left = net.MAX_LISTED_FILES - count
-            deadline = self.deadline(what, min(REQUEST_TOTAL, listing.remaining()))
+            deadline = net.Deadline.within(listing, REQUEST_TOTAL, self.timeout, what)
             data, link = self.get_json(url, what, repo_id, deadline, JSON_ITEMS_PER_FILE * (left + 1) + 64)
             if not isinstance(data, list):
                 raise WeightsError(f"{self.name} sent a file list of {repo_id} that is not a list")
