@@ -418,7 +418,7 @@ all() {
   printf '===== lab set-up: ok in %ss (beside lint, unit, attacks and hostile, which took %ss) =====\n' \
     "$(cat "$lab_log.seconds")" "$((SECONDS - lab_start))" >&2
   local -A seconds=([upgrade]=1060 [fleet]=670 [kernel_cache]=350 [serve]=340 [inference_server]=190 [tt_host]=180
-                    [model_weights_faults]=170 [modules]=170 [model_cache]=170 [profiles]=200 [images]=580
+                    [model_weights_faults]=170 [modules]=170 [profiles]=200 [images]=580
                     [proxy]=200)
   local jobs=() s
   # The other checks (sanity ... entrypoints, about 460 s) and the fault suite (about 150 s) as jobs among the scenarios.
