@@ -68,7 +68,9 @@ unit() {
 # modules on real directories; no Docker. TTFLEET_ATTACK_CHECKOUT=<other checkout> aims it at other code.
 attacks() {
   need_debs zstd
-  pytest tests/attacks -q -p no:cacheprovider
+  # Two workers: each case has its own arena and attacker; the three release-install cases (ansible-playbook runs,
+  # about 10 s each) would otherwise run one after another.
+  pytest tests/attacks -q -p no:cacheprovider -n 2
 }
 
 # The hostile-server harness (tests/hostile): local servers on 127.0.0.1 play a broken or malicious hub, S3 endpoint, peer,
