@@ -31,7 +31,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -39,7 +38,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hf_mirror import free_port, gateway  # tests/lab/hf_mirror.py: the lab network's gateway
+from hf_mirror import _kill, free_port, gateway  # tests/lab/hf_mirror.py: the lab network's gateway
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TTIS_LAB = os.path.join(ROOT, ".cache", "ttis-lab")
@@ -64,16 +63,7 @@ def subnet(network):
 def stop(state):
     for name in PIDS:
         path = os.path.join(state, name)
-        try:
-            with open(path) as handle:
-                pid = int(handle.read().strip())
-            os.killpg(pid, signal.SIGTERM)
-            for _attempt in range(50):
-                os.kill(pid, 0)
-                time.sleep(0.1)
-            os.killpg(pid, signal.SIGKILL)
-        except (FileNotFoundError, ValueError, ProcessLookupError):
-            pass
+        _kill(path)  # SIGTERM, then up to 5 s for it to go
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
 
