@@ -14,10 +14,9 @@ start runs two servers on this machine:
   0600) and every request it serves logged to DIR/tinyproxy.log (``Request (file descriptor N): GET http://...``,
   ``CONNECT host:port``);
 - the release origin: the lab's tt-inference-server repository (tests/lab/ttis_repo.py, a bare mirror made from its
-  bundle, served over git's smart HTTP protocol by git http-backend) and its wheelhouse, both by Python's http.server
-  (``--cgi``) on the gateway of
-  the origin network (the default bridge), which the hosts on NET have no route to (the scenario's prepare gives
-  them a default route that leads nowhere).
+  bundle, served over git's smart HTTP protocol by git http-backend) and its wheelhouse, in a directory under /tmp,
+  both by Python's http.server (``--cgi``) on the gateway of the origin network (the default bridge), which the
+  hosts on NET have no route to (the scenario's prepare gives them a default route that leads nowhere).
 The vars file (YAML, also printed as JSON) holds ``lab_proxy_url`` (with the password), ``lab_proxy_address``
 (host:port), ``lab_proxy_subnet``, ``lab_release_git_url`` and ``lab_release_wheels_url``. A proxy or origin left
 running by an earlier start on the same DIR is stopped first; stop kills both and removes their pid files.
@@ -34,6 +33,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 
@@ -66,6 +66,12 @@ def stop(state):
         _kill(path)  # SIGTERM, then up to 5 s for it to go
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
+    with contextlib.suppress(FileNotFoundError):
+        with open(os.path.join(state, "origin.root")) as handle:
+            root = handle.read().strip()
+        if os.path.basename(root).startswith("ttfleet-lab-origin-"):
+            shutil.rmtree(root, ignore_errors=True)
+        os.unlink(os.path.join(state, "origin.root"))
 
 
 def spawn(state, name, argv):
@@ -105,10 +111,13 @@ def release_origin(state, host):
     bundle = os.path.join(TTIS_LAB, "tt-inference-server.bundle")
     if not os.path.exists(bundle):
         raise SystemExit(f"{bundle} is missing: run tests/lab/ttis_repo.py first")
-    root = os.path.join(state, "origin")
-    shutil.rmtree(root, ignore_errors=True)
+    # http.server runs CGI programs as nobody, who may not traverse the checkout (a clone under /root): the served
+    # tree lives in a directory of its own under /tmp, named in DIR/origin.root and removed by stop.
+    root = tempfile.mkdtemp(prefix="ttfleet-lab-origin-")
+    os.chmod(root, 0o755)
+    with open(os.path.join(state, "origin.root"), "w") as handle:
+        handle.write(root)
     os.makedirs(os.path.join(root, "cgi-bin"))
-    os.chmod(state, 0o755)  # http.server runs CGI programs as nobody
     repos = os.path.join(root, "repos")
     mirror = os.path.join(repos, "tt-inference-server.git")
     subprocess.run(["git", "clone", "-q", "--mirror", bundle, mirror], check=True)
