@@ -14,7 +14,7 @@ start runs two servers on this machine:
   0600) and every request it serves logged to DIR/tinyproxy.log (``Request (file descriptor N): GET http://...``,
   ``CONNECT host:port``);
 - the release origin: the lab's tt-inference-server repository (tests/lab/ttis_repo.py, a bare mirror made from its
-  bundle, served over git's smart HTTP protocol by git http-backend) and its wheelhouse, in a directory under /tmp,
+  bundle, served over git's smart HTTP protocol by git http-backend) and its wheelhouse, in a directory under /var/tmp,
   both by Python's http.server (``--cgi``) on the gateway of the origin network (the default bridge), which the
   hosts on NET have no route to (the scenario's prepare gives them a default route that leads nowhere).
 The vars file (YAML, also printed as JSON) holds ``lab_proxy_url`` (with the password), ``lab_proxy_address``
@@ -112,8 +112,9 @@ def release_origin(state, host):
     if not os.path.exists(bundle):
         raise SystemExit(f"{bundle} is missing: run tests/lab/ttis_repo.py first")
     # http.server runs CGI programs as nobody, who may not traverse the checkout (a clone under /root): the served
-    # tree lives in a directory of its own under /tmp, named in DIR/origin.root and removed by stop.
-    root = tempfile.mkdtemp(prefix="ttfleet-lab-origin-")
+    # tree lives in a directory of its own under /var/tmp (not /tmp, which a container's tmpfs mounts noexec, and the
+    # CGI program is executed from it), named in DIR/origin.root and removed by stop.
+    root = tempfile.mkdtemp(prefix="ttfleet-lab-origin-", dir="/var/tmp")
     os.chmod(root, 0o755)
     with open(os.path.join(state, "origin.root"), "w") as handle:
         handle.write(root)
