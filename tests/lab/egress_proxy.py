@@ -14,9 +14,9 @@ start runs two servers on this machine:
   0600) and every request it serves logged to DIR/tinyproxy.log (``Request (file descriptor N): GET http://...``,
   ``CONNECT host:port``);
 - the release origin: the lab's tt-inference-server repository (tests/lab/ttis_repo.py, a bare mirror made from its
-  bundle, served over git's smart HTTP protocol by git http-backend) and its wheelhouse, in a directory under /var/tmp,
-  both by Python's http.server (``--cgi``) on the gateway of the origin network (the default bridge), which the
-  hosts on NET have no route to (the scenario's prepare gives them a default route that leads nowhere).
+  bundle, served over git's dumb HTTP protocol) and its wheelhouse, in a directory under /var/tmp, both by Python's
+  http.server on the gateway of the origin network (the default bridge), which the hosts on NET have no route to
+  (the scenario's prepare gives them a default route that leads nowhere).
 The vars file (YAML, also printed as JSON) holds ``lab_proxy_url`` (with the password), ``lab_proxy_address``
 (host:port), ``lab_proxy_subnet``, ``lab_release_git_url`` and ``lab_release_wheels_url``. A proxy or origin left
 running by an earlier start on the same DIR is stopped first; stop kills both and removes their pid files.
@@ -97,43 +97,27 @@ def wait_listening(proc, host, port, name, state):
         raise SystemExit(f"{name} did not listen on {host}:{port}: {handle.read()[-2000:]}")
 
 
-GIT_CGI = """#!/bin/sh
-# LAB: git's smart HTTP protocol (git http-backend as a CGI program; the dumb protocol cannot serve a shallow clone).
-# http.server runs it as nobody, who does not own the repository: safe.directory admits it.
-export GIT_PROJECT_ROOT={root} GIT_HTTP_EXPORT_ALL=1 HOME=/nonexistent
-export GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=safe.directory GIT_CONFIG_VALUE_0='*'
-exec git http-backend
-"""
-
-
 def release_origin(state, host):
-    """The bare repository (git's smart HTTP protocol, git http-backend) and the wheelhouse, served by http.server."""
+    """The bare repository (git's dumb HTTP protocol: refs and packs as files, after update-server-info; it serves
+    full clones only, so the scenario sets inference_server_git_depth: 0) and the wheelhouse, served by http.server."""
     bundle = os.path.join(TTIS_LAB, "tt-inference-server.bundle")
     if not os.path.exists(bundle):
         raise SystemExit(f"{bundle} is missing: run tests/lab/ttis_repo.py first")
-    # http.server runs CGI programs as nobody, who may not traverse the checkout (a clone under /root): the served
-    # tree lives in a directory of its own under /var/tmp (not /tmp, which a container's tmpfs mounts noexec, and the
-    # CGI program is executed from it), named in DIR/origin.root and removed by stop.
+    # The served tree: a directory of its own under /var/tmp, named in DIR/origin.root and removed by stop.
     root = tempfile.mkdtemp(prefix="ttfleet-lab-origin-", dir="/var/tmp")
     os.chmod(root, 0o755)
     with open(os.path.join(state, "origin.root"), "w") as handle:
         handle.write(root)
-    os.makedirs(os.path.join(root, "cgi-bin"))
     repos = os.path.join(root, "repos")
     mirror = os.path.join(repos, "tt-inference-server.git")
     subprocess.run(["git", "clone", "-q", "--mirror", bundle, mirror], check=True)
+    subprocess.run(["git", "-C", mirror, "update-server-info"], check=True)
     shutil.copytree(os.path.join(TTIS_LAB, "wheels"), os.path.join(root, "wheels"))
-    cgi = os.path.join(root, "cgi-bin", "git")
-    with open(cgi, "w") as handle:
-        handle.write(GIT_CGI.format(root=repos))
-    os.chmod(cgi, 0o755)
     port = free_port(host)
-    proc = spawn(
-        state, "origin", [sys.executable, "-m", "http.server", "--cgi", "--bind", host, "--directory", root, str(port)]
-    )
+    proc = spawn(state, "origin", [sys.executable, "-m", "http.server", "--bind", host, "--directory", root, str(port)])
     wait_listening(proc, host, port, "origin", state)
     base = f"http://{host}:{port}"
-    refs = f"{base}/cgi-bin/git/tt-inference-server.git/info/refs?service=git-upload-pack"
+    refs = f"{base}/repos/tt-inference-server.git/info/refs"
     with urllib.request.urlopen(refs, timeout=10) as response:
         if b"refs/tags/" not in response.read():
             raise SystemExit(f"{refs}: the release origin serves no tags")
@@ -168,7 +152,7 @@ def start(args):
         "lab_proxy_url": f"http://{PROXY_USER}:{password}@{host}:{port}",
         "lab_proxy_address": f"{host}:{port}",
         "lab_proxy_subnet": allowed,
-        "lab_release_git_url": f"{origin}/cgi-bin/git/tt-inference-server.git",
+        "lab_release_git_url": f"{origin}/repos/tt-inference-server.git",
         "lab_release_wheels_url": f"{origin}/wheels/",
     }
     fd = os.open(args.vars_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
