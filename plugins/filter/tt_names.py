@@ -15,9 +15,11 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
     SpecError,
     check_name,
-    container_tt_cache_path,
     is_legacy_interface,
-    mesh_name,
+)
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.devices import mesh_name
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names import (
+    container_tt_cache_path,
     named_volume,
     tt_metal_cache_subdir,
     volume_name,

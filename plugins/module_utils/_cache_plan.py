@@ -22,8 +22,8 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
     SpecError,
     iter_specs,
     load_checkout,
-    weights_subdir,
 )
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names import weights_subdir
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import expected_volume, select_candidates
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import is_commit_sha
 

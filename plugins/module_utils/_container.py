@@ -40,18 +40,28 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._overrides impor
     strip_private,
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
-    CONTAINER_CACHE_ROOT,
-    CONTAINER_HOME,
     MIN_CURRENT_INTERFACE_VERSION,
     SpecError,
     check_image,
     derive,
     is_legacy_interface,
-    named_volume,
     override_image,
     parse_image_version,
     parse_version_tuple,
-    volume_name,
+)
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.devices import (
+    is_multihost,
+    sdxl_cpp_devices,
+    sdxl_cpp_settings,
+)
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names import (
+    CONTAINER_CACHE_ROOT,
+    CONTAINER_HOME,
+    DEFAULT_PORT,
+    SERVE_CONFIG_DIR,
+    container_name,
+    container_path,
+    sanitise_name,
 )
 
 if TYPE_CHECKING:
@@ -72,7 +82,6 @@ if TYPE_CHECKING:
         override_args: bool
 
 
-DEFAULT_PORT = 8000
 # Accepted bandit B104: run.py's own default (--bind-host), kept for parity.
 DEFAULT_BIND_HOST = "0.0.0.0"  # nosec B104
 # The UID of the release images; run.py adds --user only for another value.
@@ -81,7 +90,6 @@ DEFAULT_IMAGE_USER = "1000"
 # (one planted on the read-write volume, or in an image that was swapped). Every release image works with it: vLLM and
 # forge images start as their non-root USER, and the media image's root entrypoint only drops to it (gosu).
 HARDENING = ("--security-opt", "no-new-privileges")
-ENV_FILE_DIR = "/etc/ttfleet/serve"
 
 DEVICE_PATH = "/dev/tenstorrent"
 # The images of tt-inference-server releases, whose tag starts with the release that built them.
@@ -91,28 +99,12 @@ READONLY_WEIGHTS_MOUNT = CONTAINER_HOME + "/readonly_weights_mount"
 # Media and forge servers (uvicorn and the C++ server) always listen on 8000 inside the container.
 MEDIA_CONTAINER_PORT = 8000
 
-# DeviceTypes.is_multihost(): run.py starts worker containers over ssh plus a controller for these.
-MULTIHOST_DEVICES = frozenset({"DUAL_GALAXY", "QUAD_GALAXY", "SUPER_CLUSTER"})
-
-# The SDXL models that run.py starts in the media image's C++ server (SERVER_MODE=cpp), and the
-# per-device settings it passes them: (DEVICE_MESH_SHAPE, IS_GALAXY, DEVICE_IDS).
+# The SDXL models that run.py starts in the media image's C++ server (SERVER_MODE=cpp); its per-device settings are
+# the sdxl_cpp column of _ttis.devices.
 CPP_SDXL_RUNNERS = {
     "stable-diffusion-xl-base-1.0": "tt_sdxl_generate",
     "stable-diffusion-xl-base-1.0-img-2-img": "tt_sdxl_image_to_image",
     "stable-diffusion-xl-1.0-inpainting-0.1": "tt_sdxl_edit",
-}
-_THIRTY_TWO_DEVICES = ",".join(f"({index})" for index in range(32))
-CPP_SDXL_DEVICES = {
-    "n150": ("1,1", False, "(0)"),
-    "n300": ("2,1", False, "(0)"),
-    "t3k": ("2,1", False, "(0),(1),(2),(3)"),
-    "galaxy": ("1,1", True, _THIRTY_TWO_DEVICES),
-    "p150": ("1,1", False, "(0)"),
-    "p300": ("2,1", False, "(0,1)"),
-    "p300x2": ("2,1", False, "(0,1),(2,3)"),
-    "p150x4": ("2,1", False, "(0,1),(2,3)"),
-    "p150x8": ("2,1", False, "(0,1),(2,3),(4,5),(6,7)"),
-    "blackhole_galaxy": ("1,1", False, _THIRTY_TWO_DEVICES),
 }
 
 # Releases in which run_docker_server.py changed what this module reproduces.
@@ -135,9 +127,6 @@ _DEV_MEDIA_MODEL_TYPES = ("CNN", "IMAGE", "EMBEDDING", "VIDEO", "TEXT_TO_SPEECH"
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 _MOUNT_UNSAFE = re.compile(r'[,="]')
 _TOKEN = re.compile(r"^[A-Za-z0-9_.:\[\]%-]+\Z")
-_NAME_OK = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*\Z")
-_NAME_BAD = re.compile(r"[^a-zA-Z0-9_.-]+")
-_MAX_NAME = 128
 
 
 def _rules(release_version: object) -> Rules:
@@ -162,27 +151,6 @@ def _rules(release_version: object) -> Rules:
 
 # ---------------------------------------------------------------------------------------------
 # Input checks
-
-
-def sanitise_name(value: object) -> str:
-    """A Docker container name made from ``value``: runs of other characters become ``-``.
-
-    The result also names the env file, so it never holds ``/`` or starts with ``.`` or ``-``.
-    """
-    text = _NAME_BAD.sub("-", str(value))
-    text = re.sub(r"\.{2,}", ".", text)
-    text = re.sub(r"-{2,}", "-", text).strip("-_.")[:_MAX_NAME].rstrip("-_.")
-    if not _NAME_OK.match(text):
-        raise SpecError(
-            f"name {value!r} has no usable characters for a container name; use letters, digits, '_', '.' and '-'."
-        )
-    return text
-
-
-def default_name(model_name: str, device: str, port: int | str) -> str:
-    """Stable container name ``tt-<model_name>-<device>[-<port>]`` (the port only when not 8000)."""
-    suffix = f"-{port}" if int(port) != DEFAULT_PORT else ""
-    return sanitise_name(f"tt-{model_name}-{device}{suffix}".lower())
 
 
 def _absolute_path(value: object, option: str, mount: bool = False) -> str:
@@ -297,7 +265,7 @@ def _is_cpp(derived: Mapping[str, Any], rules: Rules) -> bool:
     """Whether run.py starts the spec in the media image's C++ server (_is_cpp_media_spec)."""
     cpp = derived["inference_engine"] == "media" and derived["model_name"] in CPP_SDXL_RUNNERS
     if cpp and rules["cpp_needs_device"]:
-        cpp = derived["device"] in CPP_SDXL_DEVICES
+        cpp = sdxl_cpp_settings(derived["device"]) is not None
     return cpp
 
 
@@ -321,12 +289,13 @@ def _media_env(derived: Mapping[str, Any], rules: Rules) -> dict[str, str]:
     device = derived["device"]
     cpp = _is_cpp(derived, rules)
     if rules["media_spec_env"] and cpp:
-        if device not in CPP_SDXL_DEVICES:
+        settings = sdxl_cpp_settings(device)
+        if settings is None:
             raise SpecError(
                 f"{derived['model_name']} runs in the C++ media server, which has no settings for device {device}; "
-                f"supported devices: {', '.join(sorted(CPP_SDXL_DEVICES))}."
+                f"supported devices: {', '.join(sdxl_cpp_devices())}."
             )
-        mesh_shape, is_galaxy, ids = CPP_SDXL_DEVICES[device]
+        mesh_shape, is_galaxy, ids = settings
         env.update(
             {
                 "SERVER_MODE": "cpp",
@@ -342,7 +311,7 @@ def _media_env(derived: Mapping[str, Any], rules: Rules) -> dict[str, str]:
     else:
         env["CACHE_ROOT"] = CONTAINER_CACHE_ROOT
         if rules["media_hf_home"]:
-            env["HF_HOME"] = CONTAINER_CACHE_ROOT + "/huggingface"
+            env["HF_HOME"] = container_path("huggingface")
         env["MODEL"] = derived["model_name"]
         env["DEVICE"] = device
     return env
@@ -490,7 +459,7 @@ def container_command(
             "generate. Install release v0.11.0 or later with the ttfleet.inference.inference_server role, or give "
             "the spec_file of such a release."
         )
-    if derived["device_type"] in MULTIHOST_DEVICES:
+    if is_multihost(derived["device_type"]):
         raise SpecError(
             f"{derived['model_name']} on {derived['device']} is a multi-host deployment: run.py starts worker "
             "containers on every host plus a controller, not one container. Serve a single-host device instead."
@@ -512,12 +481,12 @@ def container_command(
     if weights_dir == "/":
         raise SpecError("host_weights_dir '/' has no directory name to mount; give the weights directory itself.")
 
-    container_name = sanitise_name(name) if name else default_name(derived["model_name"], derived["device"], port)
+    container = sanitise_name(name) if name else container_name(derived["model_name"], derived["device"], port)
     env_file = (
-        _absolute_path(env_file, "env_file") if env_file else posixpath.join(ENV_FILE_DIR, container_name + ".env")
+        _absolute_path(env_file, "env_file") if env_file else posixpath.join(SERVE_CONFIG_DIR, container + ".env")
     )
 
-    argv = ["docker", "run", "--rm", "--name", container_name]
+    argv = ["docker", "run", "--rm", "--name", container]
     if image_user and image_user != DEFAULT_IMAGE_USER:
         argv += ["--user", image_user]
     argv += ["--env-file", env_file, "--ipc", "host"]
@@ -533,10 +502,10 @@ def container_command(
     argv += ["--publish", f"{bind_host}:{port}:{inner_port}"]
 
     if root:
-        volume = posixpath.join(root, volume_name(derived["impl_id"], derived["model_name"], version))
+        volume = posixpath.join(root, derived["volume_name"])
         argv += ["--mount", f"type=bind,src={volume},dst={CONTAINER_CACHE_ROOT}"]
     else:
-        volume = named_volume(derived["impl_id"], derived["model_name"])
+        volume = derived["named_volume"]
         argv += ["--volume", f"{volume}:{CONTAINER_CACHE_ROOT}"]
     env: dict[str, str] = {}
     if weights_dir:
@@ -602,7 +571,7 @@ def container_command(
         "image": pulled,
         "image_origin": image,
         "image_mirror": mirror_prefix,
-        "container_name": container_name,
+        "container_name": container,
         "env_file": env_file,
         "version": version,
         "volume": volume,

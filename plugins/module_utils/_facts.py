@@ -23,6 +23,11 @@ import subprocess
 from typing import TYPE_CHECKING, Any
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import nearest_existing
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.devices import (
+    DEVICE_BY_BOARDS,
+    arch_of_board,
+    board_chips,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -41,36 +46,6 @@ HUGEPAGES_1G_SYSFS = "sys/kernel/mm/hugepages/hugepages-1048576kB"
 # tenstorrent-tools reserves this many 1 GiB pages per PCIe device.
 HUGEPAGES_PER_DEVICE = 4
 GIB = 1024**3
-
-# workflows/device_utils.py of tt-inference-server v0.20.0: sorted (board type, board count) pairs
-# to the device run.py infers. n300 and p300 are counted per card (two chips each).
-BOARD_TYPE_COUNT_TO_DEVICE: dict[tuple[tuple[str, int], ...], str] = {
-    (("n300", 1),): "n300",
-    (("n300", 4),): "t3k",
-    (("tt-galaxy-wh", 32),): "galaxy",
-    (("n150", 1),): "n150",
-    (("n150", 4),): "n150x4",
-    (("e150", 1),): "e150",
-    (("p100", 1),): "p100",
-    (("p150", 1),): "p150",
-    (("p150", 4),): "p150x4",
-    (("p150", 8),): "p150x8",
-    (("p300", 1),): "p300",
-    (("p300", 2),): "p300x2",
-    (("tt-galaxy-bh", 32),): "blackhole_galaxy",
-}
-TWO_CHIP_BOARDS = ("n300", "p300")
-ARCH_BY_TYPE = {
-    "e150": "Grayskull",
-    "e75": "Grayskull",
-    "n150": "Wormhole",
-    "n300": "Wormhole",
-    "tt-galaxy-wh": "Wormhole",
-    "p100": "Blackhole",
-    "p150": "Blackhole",
-    "p300": "Blackhole",
-    "tt-galaxy-bh": "Blackhole",
-}
 
 # tt-smi names Blackhole boards with a variant letter that upstream's table does not know.
 _BLACKHOLE_VARIANT = re.compile(r"^(p\d{3})[a-z]$")
@@ -211,7 +186,7 @@ def boards_from_snapshot(data: Mapping[str, Any]) -> list[JSON]:
                 "index": index,
                 "board_type": raw,
                 "type": board_type,
-                "arch": ARCH_BY_TYPE.get(board_type),
+                "arch": arch_of_board(board_type),
                 "remote": remote,
                 "bus_id": _available(board_info.get("bus_id")),
                 "board_id": _available(board_info.get("board_id")),
@@ -238,7 +213,7 @@ def board_counts(boards: Iterable[Mapping[str, Any]]) -> tuple[dict[str, int], l
     counts: dict[str, int] = {}
     problems: list[str] = []
     for board_type, chips in sorted(chip_counts(boards).items()):
-        if board_type in TWO_CHIP_BOARDS:
+        if board_chips(board_type) == 2:
             if chips % 2:
                 problems.append(
                     f"tt-smi lists {chips} {board_type} chips, an odd number, but every {board_type} card has two: "
@@ -263,10 +238,10 @@ def implied_device(boards: Sequence[Mapping[str, Any]]) -> tuple[str | None, str
     if problems:
         return None, "; ".join(problems)
     key = tuple(sorted(counts.items()))
-    device = BOARD_TYPE_COUNT_TO_DEVICE.get(key)
+    device = DEVICE_BY_BOARDS.get(key)
     if device is None:
         seen = ", ".join(f"{count} x {board_type}" for board_type, count in key)
-        known = ", ".join(sorted(set(BOARD_TYPE_COUNT_TO_DEVICE.values())))
+        known = ", ".join(sorted(set(DEVICE_BY_BOARDS.values())))
         return None, f"no tt-inference-server device is made of {seen} (known devices: {known})"
     return device, None
 

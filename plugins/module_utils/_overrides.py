@@ -25,6 +25,8 @@ import json
 import re
 from typing import TYPE_CHECKING
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.devices import device_row
+
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
@@ -163,10 +165,6 @@ DEVICE_SPEC_FIELDS = frozenset(
 IMPL_REQUIRED = ("impl_id", "impl_name")
 # InferenceEngine values of TTIS (_spec.canonical_engine takes them from here).
 ENGINES = ("vLLM", "media", "forge")
-# DeviceTypes.is_wormhole() / is_blackhole() and the N300-class devices that get WH_ARCH_YAML (_infer_env_vars).
-WORMHOLE = frozenset({"N150", "N300", "N150X4", "T3K", "GALAXY", "GALAXY_T3K"})
-BLACKHOLE = frozenset({"P100", "P150", "P150X4", "P150X8", "P300", "P300X2", "BLACKHOLE_GALAXY", "SUPER_CLUSTER"})
-ETH_DISPATCH = frozenset({"N300", "T3K", "GALAXY_T3K"})
 # ModelSpec.__post_init__: the environment of vLLM images (not forge or media).
 VLLM_DEFAULT_ENV = {
     "VLLM_CONFIGURE_LOGGING": "1",
@@ -418,7 +416,7 @@ def _device_name(where: str, value: object, field: str) -> str:
     return text.upper()
 
 
-def runtime_spec(data: object, where: str, mesh_by_device: Mapping[str, str]) -> JSON:
+def runtime_spec(data: object, where: str) -> JSON:
     """A spec in run.py's runtime model spec format, with the defaults its dataclasses fill in.
 
     ``data`` is a mapping or its JSON text, either the spec itself or run.py's combined
@@ -474,7 +472,8 @@ def runtime_spec(data: object, where: str, mesh_by_device: Mapping[str, str]) ->
 
     # DeviceModelSpec.__post_init__ (_infer_data, _infer_env_vars).
     mesh = (dms.get("env_vars") or {}).get("MESH_DEVICE") or (spec.get("env_vars") or {}).get("MESH_DEVICE")
-    mesh = mesh or mesh_by_device.get(device)
+    row = device_row(device)
+    mesh = mesh or (row.mesh if row else None)
     if not mesh or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.,()-]*", str(mesh)):
         raise TuningError(
             f"{where}: tt-inference-server does not know device {device.lower()}, so the spec must name its mesh: set "
@@ -496,13 +495,11 @@ def runtime_spec(data: object, where: str, mesh_by_device: Mapping[str, str]) ->
         "additional_config": json.dumps({"tt": tt_config}),
     }
     inferred_env: dict[str, str] = {}
-    if device in ETH_DISPATCH:
+    if row and row.eth_dispatch:
         inferred_env["WH_ARCH_YAML"] = "wormhole_b0_80_arch_eth_dispatch.yaml"
     inferred_env["MESH_DEVICE"] = str(mesh)
-    if device in WORMHOLE:
-        inferred_env["ARCH_NAME"] = "wormhole_b0"
-    elif device in BLACKHOLE:
-        inferred_env["ARCH_NAME"] = "blackhole"
+    if row and row.arch_name:
+        inferred_env["ARCH_NAME"] = row.arch_name
     dms["override_tt_config"] = tt_config
     dms["env_vars"] = {**inferred_env, **(dms.get("env_vars") or {})}
     # ModelSpec.__post_init__: env defaults, then vllm_args with the model first.

@@ -19,7 +19,8 @@ import re
 from collections import namedtuple
 from typing import TYPE_CHECKING, Any, cast
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._spec import MESH_BY_DEVICE, resolve_entry
+from ansible_collections.ttfleet.inference.plugins.module_utils._spec import resolve_entry
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.devices import device_row
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import (
     check_path_text,
     expand_roots,
@@ -407,7 +408,7 @@ def _check_device_type(
 ) -> None:
     implied = facts.get("implied_device")
     requirement = f"device {declared}" if declared else "a known device"
-    if declared and wanted and declared.upper() not in MESH_BY_DEVICE and facts.get("boards"):
+    if declared and wanted and device_row(declared) is None and facts.get("boards"):
         _check_declared_boards(out, facts, declared, wanted)
         return
     if not facts.get("boards"):

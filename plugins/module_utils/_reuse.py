@@ -33,8 +33,8 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import
     walk,
     write_json,
 )
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names import ASIDE_INFIX, tensor_cache_parent
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import (
-    ASIDE_INFIX,
     TEMP_PREFIX,
     VolumeError,
     aside_name,
@@ -100,7 +100,7 @@ def recorded_commit(volume_path: str, model_name: str, mesh: str | None) -> tupl
     record = read_record(volume_path)
     if record and record.get("tt_metal_commit"):
         return record["tt_metal_commit"], os.path.join(volume_path, RECORD_NAME)
-    cache_dir = os.path.join(volume_path, "tt_metal_cache", f"cache_{model_name}")
+    cache_dir = os.path.join(volume_path, tensor_cache_parent(model_name))
     try:
         with opened_dir(cache_dir) as dirfd:
             with os.scandir(dirfd) as found:

@@ -21,9 +21,6 @@ if TYPE_CHECKING:
 
     JSON = dict[str, Any]
 
-CONFIG_DIR = "/etc/ttfleet/serve"
-STATE_DIR = "/var/lib/ttfleet/serve"
-UNIT_TEMPLATE = "tt-serve@{}.service"
 DEFAULT_BASE_PORT = 8000
 
 # The variable each engine's server reads its API key from (UPSTREAM.md, "Secrets and auth").

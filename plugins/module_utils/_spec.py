@@ -46,15 +46,23 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import
     opened_dir,
     read_bytes,
 )
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.devices import DEVICES, mesh_name
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.errors import SpecError
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names import (
+    CONTAINER_CACHE_ROOT,
+    container_path,
+    container_tt_cache_path,
+    named_volume,
+    tt_metal_cache_subdir,
+    volume_name,
+    weights_subdir,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping
     from typing import Any
 
     JSON = dict[str, Any]
-
-CONTAINER_HOME = "/home/container_app_user"
-CONTAINER_CACHE_ROOT = CONTAINER_HOME + "/cache_root"
 
 # run.py refuses vLLM images older than this: their entrypoint (gosu, MODEL_WEIGHTS_PATH, no
 # --model arguments) predates the interface change of TTIS v0.11.0.
@@ -64,29 +72,6 @@ SOURCE_CHECKOUT_CODE = "checkout_code"
 SOURCE_RELEASE_FILE = "release_model_spec.json"
 SOURCE_LEGACY_FILE = "model_specs_output.json"
 SOURCE_SPEC_FILE = "spec_file"
-
-# DeviceTypes.to_mesh_device_str() of TTIS: the leaf directory of the tensor cache.
-MESH_BY_DEVICE = {
-    "CPU": "CPU",
-    "E150": "E150",
-    "N150": "N150",
-    "N300": "N300",
-    "N150X4": "N150x4",
-    "T3K": "T3K",
-    "GALAXY": "TG",
-    "GALAXY_T3K": "T3K",
-    "DUAL_GALAXY": "(8,8)",
-    "QUAD_GALAXY": "(8,16)",
-    "P100": "P100",
-    "P150": "P150",
-    "P150X4": "P150x4",
-    "P150X8": "P150x8",
-    "P300": "P300",
-    "P300X2": "P300x2",
-    "BLACKHOLE_GALAXY": "BH-Galaxy",
-    "SUPER_CLUSTER": "Super-Cluster",
-    "GPU": "GPU",
-}
 
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 # Characters that change the meaning of a docker argument built from a spec value: ',' and '"' split or quote
@@ -252,10 +237,6 @@ SPEC_SOURCE_OPTIONS = {
 }
 
 
-class SpecError(Exception):
-    """A spec source or a selection that cannot be used; the message says why and how to fix it."""
-
-
 class CodeImportError(SpecError):
     """The checkout's ``workflows.model_spec`` could not be imported.
 
@@ -375,7 +356,7 @@ def _check_env(env: object, field: str, where: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Versions and names
+# Versions
 
 
 def parse_version_tuple(value: object) -> tuple[int, ...] | None:
@@ -406,44 +387,6 @@ def is_legacy_interface(inference_engine: object, version: object) -> bool:
         return False
     parsed = parse_version_tuple(version)
     return parsed is not None and parsed < MIN_CURRENT_INTERFACE_VERSION
-
-
-def volume_name(impl_id: str, model_name: str, version: str | int | float) -> str:
-    """Host volume directory name used with ``--host-volume``."""
-    return f"volume_id_{impl_id}-{model_name}-v{version}"
-
-
-def named_volume(impl_id: str, model_name: str) -> str:
-    """Docker named volume used when no host volume is given (version independent)."""
-    return f"volume_id_{impl_id}-{model_name}"
-
-
-def mesh_name(device: object, device_mesh: Mapping[str, str] | None = None) -> str:
-    """Mesh directory name of a TTIS device (``galaxy`` -> ``TG``, ``p300x2`` -> ``P300x2``)."""
-    key = str(device).upper()
-    if device_mesh and key in device_mesh:
-        return device_mesh[key]
-    if key in MESH_BY_DEVICE:
-        return MESH_BY_DEVICE[key]
-    raise SpecError(
-        f"Unknown device {device!r}: no mesh name known. "
-        f"Known devices: {', '.join(sorted(d.lower() for d in MESH_BY_DEVICE))}."
-    )
-
-
-def weights_subdir(model_name: str) -> str:
-    """Weights directory relative to the volume (cache_root)."""
-    return f"weights/{model_name}"
-
-
-def tt_metal_cache_subdir(model_name: str, mesh: str) -> str:
-    """Tensor cache directory relative to the volume (cache_root)."""
-    return f"tt_metal_cache/cache_{model_name}/{mesh}"
-
-
-def container_tt_cache_path(model_name: str, mesh: str) -> str:
-    """TT_CACHE_PATH inside the container."""
-    return f"{CONTAINER_CACHE_ROOT}/{tt_metal_cache_subdir(model_name, mesh)}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -953,7 +896,7 @@ def _release_label(catalog: Mapping[str, Any]) -> str:
 
 def known_devices(catalog: Mapping[str, Any]) -> set[str]:
     """Upper-case device names that the catalog or TTIS knows."""
-    names = set(MESH_BY_DEVICE) | set(catalog.get("devices") or ()) | set(catalog.get("device_mesh") or ())
+    names = set(DEVICES) | set(catalog.get("devices") or ()) | set(catalog.get("device_mesh") or ())
     names.update(str(spec["device_type"]).upper() for spec in iter_specs(catalog))
     return names
 
@@ -1150,7 +1093,7 @@ def derive(spec: Mapping[str, Any], catalog: Mapping[str, Any] | None = None, vo
     container: dict[str, str] = {
         "cache_root": CONTAINER_CACHE_ROOT,
         "tt_cache_path": container_tt_cache_path(model_name, mesh),
-        "weights": f"{CONTAINER_CACHE_ROOT}/{weights}",
+        "weights": container_path(weights),
     }
     return {
         "model_name": model_name,
@@ -1281,7 +1224,7 @@ def select_entry(
     if entry.get("spec") not in (None, "", {}):
         where = f"tt_models entry {name}"
         try:
-            runtime = runtime_spec(entry["spec"], where, MESH_BY_DEVICE)
+            runtime = runtime_spec(entry["spec"], where)
         except TuningError as exc:
             raise SpecError(str(exc)) from None
         catalog = catalog_from_data(runtime_catalog(runtime, where), "runtime_model_spec", path=where)

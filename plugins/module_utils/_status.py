@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from ansible_collections.ttfleet.inference.plugins.module_utils import _net
 from ansible_collections.ttfleet.inference.plugins.module_utils._reuse import read_record
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import SafeFileError, open_dir, read_json
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names import serve_unit
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import volume_contents
 
 if TYPE_CHECKING:
@@ -241,7 +242,7 @@ def instance_report(entry: JSON, timeout: float, runner: Runner = subprocess.run
     """One instance: its recorded configuration, its unit, its health and its volume."""
     data = entry["data"]
     instance = entry["instance"]
-    unit = data.get("unit") or f"tt-serve@{instance}.service"
+    unit = data.get("unit") or serve_unit(instance)
     model = data.get("model_name") or data.get("model")
     report: JSON = {
         "instance": instance,

@@ -33,6 +33,17 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import
     read_bytes,
     walk,
 )
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names import (
+    ASIDE_INFIX,
+    VOLUME_PREFIX,
+    match_volume_name,
+    moved_aside_name,
+    parse_volume_name,
+    tensor_cache_parent,
+    version_key,
+    volume_name,
+    weights_subdir,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -40,9 +51,7 @@ if TYPE_CHECKING:
 
     JSON = dict[str, Any]
 
-VOLUME_PREFIX = "volume_id_"
 MANIFEST_NAME = ".ttfleet-manifest.json"
-ASIDE_INFIX = ".ttfleet-aside-"
 TEMP_PREFIX = ".ttfleet-tmp-"
 
 # The weight layouts TTIS (workflows/setup_host.py, check_model_weights_dir)
@@ -61,7 +70,6 @@ SHARD_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 _INDEX_MAX_BYTES = 16 << 20
 _MANIFEST_MAX_BYTES = 1 << 20
 
-_VERSION_RE = re.compile(r"^(\d+)\.(\d+)\.(\d+)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?\Z")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 _MAX_LINK_HOPS = 40
 
@@ -71,7 +79,7 @@ class VolumeError(Exception):
 
 
 # ---------------------------------------------------------------------------
-# Names
+# Path checks
 
 
 def check_path_text(value: object, what: str) -> str:
@@ -101,84 +109,6 @@ def _name_is_clean(name: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-def volume_name(impl_id: str, model_name: str, version: str) -> str:
-    """Host volume directory name run.py uses with ``--host-volume`` (TTIS v0.11.0+)."""
-    return f"{VOLUME_PREFIX}{impl_id}-{model_name}-v{version}"
-
-
-def version_key(text: object) -> tuple[int, int, int, int] | None:
-    """Sort key for a model version pin (``0.17.0``), or None for anything else.
-
-    A pre-release sorts below its release.
-    """
-    if not isinstance(text, str):
-        return None
-    match = _VERSION_RE.match(text)
-    if not match:
-        return None
-    major, minor, patch, pre, _build = match.groups()
-    return (int(major), int(minor), int(patch), 0 if pre else 1)
-
-
-def split_suffix(suffix: str) -> tuple[str | None, str | None]:
-    """Classify what follows ``-v`` in a volume name: ``(version, label)``."""
-    if version_key(suffix) is not None:
-        return suffix, None
-    return None, suffix or None
-
-
-def parse_volume_name(name: str) -> JSON:
-    """Split ``volume_id_<impl_id>-<model_name>-v<version|label>``.
-
-    impl_ids never contain a hyphen, so the first hyphen ends the impl_id.
-    Model names may contain hyphens, dots and even ``-v`` (``Mistral-7B-Instruct-v0.3``),
-    so the version or build label is what follows the last ``-v``. Returns a dict
-    with impl_id, model_name, version, label (None where absent) and ``parsed``
-    (False when the name does not have that structure). Use ``match_volume_name``
-    when the model name is known: it is exact where this is a best guess.
-    A directory that ``volume_alias`` renamed aside is parsed by its original
-    name, which ``moved_aside_from`` holds (None for every other entry).
-    """
-    base, infix, _stamp = name.partition(ASIDE_INFIX)
-    result: JSON = {
-        "impl_id": None,
-        "model_name": None,
-        "version": None,
-        "label": None,
-        "parsed": False,
-        "moved_aside_from": base if infix else None,
-    }
-    if not base.startswith(VOLUME_PREFIX):
-        return result
-    rest = base[len(VOLUME_PREFIX) :]
-    impl_id, sep, tail = rest.partition("-")
-    if not impl_id or not sep or not tail:
-        return result
-    model_name, sep, suffix = tail.rpartition("-v")
-    if not sep:
-        # Docker named volumes carry no version: volume_id_<impl_id>-<model_name>.
-        model_name, suffix = tail, ""
-    if not model_name or model_name in (".", "..") or (sep and not suffix):
-        return result
-    if not sep:
-        result.update(impl_id=impl_id, model_name=model_name, parsed=True)
-        return result
-    version, label = split_suffix(suffix)
-    result.update(impl_id=impl_id, model_name=model_name, version=version, label=label, parsed=True)
-    return result
-
-
-def match_volume_name(name: str, impl_id: str, model_name: str) -> tuple[str | None, str | None] | None:
-    """Return ``(version, label)`` if ``name`` is a host volume of that impl and model, else None.
-
-    Directories renamed aside by ``volume_alias`` never match: they were replaced on purpose.
-    """
-    prefix = f"{VOLUME_PREFIX}{impl_id}-{model_name}-v"
-    if not name.startswith(prefix) or len(name) == len(prefix) or ASIDE_INFIX in name:
-        return None
-    return split_suffix(name[len(prefix) :])
 
 
 # ---------------------------------------------------------------------------
@@ -302,7 +232,7 @@ def weights_status(weights_dir: str) -> JSON:
 def _meshes_fd(volume_fd: int, model_name: str, where: str, problems: list[str]) -> list[str]:
     meshes: list[str] = []
     try:
-        cache_fd = open_relative(volume_fd, f"tt_metal_cache/cache_{model_name}", where=where)
+        cache_fd = open_relative(volume_fd, tensor_cache_parent(model_name), where=where)
     except FileNotFoundError:
         return meshes
     except (OSError, SafeFileError) as exc:
@@ -366,7 +296,7 @@ def volume_contents(path: str, model_name: str) -> JSON:
     The volume's own link (an alias made by volume_alias) is resolved; below it nothing is followed: a link or a
     special file where a directory, an index or the manifest belongs is reported in ``problems`` (never opened,
     so a FIFO cannot block)."""
-    weights_dir = os.path.join(path, "weights", model_name)
+    weights_dir = os.path.join(path, weights_subdir(model_name))
     result: JSON = {
         "weights": _absent_weights(weights_dir),
         "tensor_cache_meshes": [],
@@ -381,7 +311,7 @@ def volume_contents(path: str, model_name: str) -> JSON:
         return result
     try:
         try:
-            weights_fd: int | None = open_relative(volume_fd, f"weights/{model_name}", where=path)
+            weights_fd: int | None = open_relative(volume_fd, weights_subdir(model_name), where=path)
         except FileNotFoundError:
             weights_fd = None
         except (OSError, SafeFileError) as exc:
@@ -476,7 +406,7 @@ def describe_volume(path: str, model_name: str | None = None, sizes: bool = Fals
     if info["exists"] and model:
         info.update(volume_contents(path, model))
     else:
-        weights_dir = os.path.join(path, "weights", model or "")
+        weights_dir = os.path.join(path, weights_subdir(model or ""))
         info["weights"] = _absent_weights(weights_dir)
         info["tensor_cache_meshes"] = []
         info["manifest"] = {
@@ -724,8 +654,7 @@ def _state_text(kind: str, link_target: str | None) -> str | None:
 
 
 def aside_name(path: str, now: float) -> str:
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
-    base = f"{path}{ASIDE_INFIX}{stamp}"
+    base = moved_aside_name(path, now)
     candidate = base
     counter = 1
     while os.path.lexists(candidate):

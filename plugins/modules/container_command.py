@@ -385,9 +385,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ttfleet.inference.plugins.module_utils._container import (
     DEFAULT_BIND_HOST,
     DEFAULT_IMAGE_USER,
-    DEFAULT_PORT,
     container_command,
-    sanitise_name,
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
     SPEC_SOURCE_OPTIONS,
@@ -398,6 +396,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
     select_entry,
     validate_inputs,
 )
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names import DEFAULT_PORT, sanitise_name
 
 # The options that make a tt_models entry's spec (_spec.select_entry).
 ENTRY_KEYS = ("impl", "engine", "vllm_override_args", "override_tt_config", "env", "spec", "profile", "kernel_cache")

@@ -123,12 +123,13 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import SafeFileError
 from ansible_collections.ttfleet.inference.plugins.module_utils._spec import DEFAULT_RELEASE_ROOT
 from ansible_collections.ttfleet.inference.plugins.module_utils._status import host_report
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names import SERVE_STATE_DIR
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            state_dir=dict(type="path", default="/var/lib/ttfleet/serve"),
+            state_dir=dict(type="path", default=SERVE_STATE_DIR),
             releases_root=dict(type="path", default=DEFAULT_RELEASE_ROOT),
             timeout=dict(type="float", default=5.0),
         ),

@@ -16,6 +16,7 @@ import pytest
 from conftest import patch_module_args
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _facts as facts
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.devices import DEVICE_BY_BOARDS
 from ansible_collections.ttfleet.inference.plugins.modules import tt_facts as tt_facts_module
 
 TT_SMI_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "tt_smi")
@@ -150,8 +151,8 @@ def test_implied_device_with_blackhole_variants(boards, device):
 
 def test_upstream_table_alone_misses_blackhole_variants():
     # Upstream keys are bare names; only the normalisation makes "p150a" match.
-    assert (("p150a", 1),) not in facts.BOARD_TYPE_COUNT_TO_DEVICE
-    assert facts.BOARD_TYPE_COUNT_TO_DEVICE[(("p150", 1),)] == "p150"
+    assert (("p150a", 1),) not in DEVICE_BY_BOARDS
+    assert DEVICE_BY_BOARDS[(("p150", 1),)] == "p150"
 
 
 @pytest.mark.parametrize(

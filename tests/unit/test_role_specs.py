@@ -95,3 +95,100 @@ def test_vars_never_redefine_defaults(role):
 @pytest.mark.parametrize("role", ROLES)
 def test_readme_is_generated_from_specs(role):
     assert role_docs.update(role, check=True), f"run python tests/tools/role_docs.py to refresh roles/{role}/README.md"
+
+
+class _AnyTagLoader(yaml.SafeLoader):
+    """safe_load that reads a tagged node (!vault, !unsafe) as None: only the structure of the tasks matters here."""
+
+
+_AnyTagLoader.add_multi_constructor("!", lambda _loader, _suffix, _node: None)
+
+
+def _yaml_files(tops):
+    """(path, parsed YAML) of every YAML file below ``tops`` (roles' README files aside)."""
+    for path, text in _files(tops, (".yml", ".yaml")):
+        yield path, yaml.load(text, Loader=_AnyTagLoader)
+
+
+def _dicts(node):
+    """Every mapping in a parsed YAML document, at any depth (plays, blocks, tasks, their arguments)."""
+    if isinstance(node, dict):
+        yield node
+        node = list(node.values())
+    if isinstance(node, list):
+        for child in node:
+            yield from _dicts(child)
+
+
+# The fleet-wide settings are the contract role's defaults: the inventory's names (tt_models, tt_spec_dir, ...).
+CONTRACT = sorted(_load(os.path.join(ROOT, "roles", "fleet_defaults", "defaults", "main.yml")))
+ROLE_DEFAULTS = {
+    name: role for role in ROLES for name in _load(os.path.join(ROOT, "roles", role, "defaults", "main.yml"))
+}
+SET_FACT = ("ansible.builtin.set_fact", "ansible.legacy.set_fact", "set_fact")
+
+
+def test_no_task_sets_a_contract_variable():
+    """A fleet-wide setting is written in the inventory (or its default) and nowhere else: a set_fact would outrank the
+    inventory for the rest of the run and make the setting mean "whatever the last role decided" (STYLE rule 19).
+    A role publishes its own <role>_* fact instead, and the setting's default may follow it (tt_spec_dir)."""
+    hits = []
+    for path, document in _yaml_files(["roles", "playbooks"]):
+        for task in _dicts(document):
+            for module in SET_FACT:
+                args = task.get(module)
+                names = list(args) if isinstance(args, dict) else re.findall(r"(\w+)=", str(args or ""))
+                hits += [f"{path}: {task.get('name', module)} sets {name}" for name in names if name in CONTRACT]
+    assert hits == [], "contract variables of roles/fleet_defaults must not be set_fact'ed; publish a fact of the role"
+
+
+# hostvars[h].name, hostvars[h]['name'], and map('extract', hostvars) | map(attribute='name...').
+_HOSTVARS_READS = re.compile(
+    r"hostvars\[[^\]]+\]\s*(?:\.\s*(?P<dot>\w+)|\[\s*['\"](?P<key>\w+)['\"]\s*\])"
+    r"|map\(\s*['\"]extract['\"]\s*,\s*hostvars\s*\)\s*\|\s*map\(\s*attribute\s*=\s*['\"](?P<attr>\w+)"
+)
+
+
+def _hostvars_reads(text):
+    """(variable, line number, the text right after the read) of each variable read from another host's hostvars."""
+    for match in _HOSTVARS_READS.finditer(text):
+        name = match.group("dot") or match.group("key") or match.group("attr")
+        yield name, text.count("\n", 0, match.start()) + 1, text[match.end() :].lstrip()
+
+
+def test_hostvars_carry_only_published_facts_and_inventory_settings():
+    """hostvars[host] holds the host's inventory variables, facts and registered results, not role defaults (a role
+    default read there is undefined unless the inventory happens to set it: commit aae8ef0) nor role parameters. So
+    across hosts a role reads only facts a role publishes under a contract name (model_cache_plan,
+    model_cache_kernel_wants, ...), never another host's internal __ register, never a role default; a fleet-wide
+    setting (an inventory name) only with a default for the hosts whose inventory does not set it."""
+    hits = []
+    for path, text in _files(["roles", "playbooks"], (".yml", ".yaml", ".j2")):
+        for name, number, after in _hostvars_reads(text):
+            where = f"{path}:{number}: hostvars[...].{name}"
+            if name.startswith("__"):
+                hits.append(f"{where} is internal to its role: publish it as a fact of a contract name")
+            elif name in ROLE_DEFAULTS and not (name in CONTRACT and after.startswith("| default(")):
+                hits.append(f"{where} is a default of roles/{ROLE_DEFAULTS[name]}, not in hostvars: publish a fact")
+    assert hits == []
+
+
+def _entry_point_uses():
+    """(path, role, entry point) of every include_role/import_role with tasks_from in roles, playbooks and molecule."""
+    for path, document in _yaml_files(["roles", "playbooks", "molecule"]):
+        for task in _dicts(document):
+            for module in ("include_role", "import_role"):
+                for key in (f"ansible.builtin.{module}", module):
+                    args = task.get(key)
+                    if isinstance(args, dict) and args.get("tasks_from") and str(args.get("name", "")).strip():
+                        role = str(args["name"]).rsplit(".", 1)[-1]
+                        yield path, role, str(args["tasks_from"]).removesuffix(".yml")
+
+
+def test_every_entry_point_in_use_has_an_argument_spec():
+    """STYLE rule 4: an entry point that playbooks import (fleet_defaults settings, tt_host preflight, ...) has its
+    own argument spec, so Ansible checks what it is given."""
+    uses = sorted(set(_entry_point_uses()))
+    assert uses, "no tasks_from found: the scan is broken"
+    missing = [f"{path}: {role} {entry}" for path, role, entry in uses if entry not in role_docs.load_specs(role)]
+    assert missing == [], "add these entry points to the role's meta/argument_specs.yml"

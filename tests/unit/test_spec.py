@@ -12,7 +12,6 @@ import pytest
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _spec as spec_utils
 from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
-    CONTAINER_CACHE_ROOT,
     SpecError,
     check_name,
     derive,
@@ -20,12 +19,13 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
     iter_specs,
     list_models,
     load_spec_file,
-    mesh_name,
     parse_image_version,
     parse_version_tuple,
     resolve,
     select_spec,
 )
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.devices import mesh_name
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names import CONTAINER_CACHE_ROOT
 
 SPEC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "specs")
 RELEASES = ("v0.16.0", "v0.18.0", "v0.20.0")
@@ -502,37 +502,6 @@ def test_parse_image_version(image, expected):
 )
 def test_is_legacy_interface(engine, version, expected):
     assert is_legacy_interface(engine, version) is expected
-
-
-@pytest.mark.parametrize(
-    ("device", "mesh"),
-    [
-        ("n150", "N150"),
-        ("n300", "N300"),
-        ("n150x4", "N150x4"),
-        ("t3k", "T3K"),
-        ("galaxy", "TG"),
-        ("galaxy_t3k", "T3K"),
-        ("p100", "P100"),
-        ("p150", "P150"),
-        ("p150x4", "P150x4"),
-        ("p150x8", "P150x8"),
-        ("p300", "P300"),
-        ("P300X2", "P300x2"),
-        ("blackhole_galaxy", "BH-Galaxy"),
-        ("dual_galaxy", "(8,8)"),
-        ("quad_galaxy", "(8,16)"),
-        ("gpu", "GPU"),
-    ],
-)
-def test_mesh_name(device, mesh):
-    assert mesh_name(device) == mesh
-
-
-def test_mesh_name_prefers_the_checkout_table():
-    assert mesh_name("new_box", {"NEW_BOX": "NB"}) == "NB"
-    with pytest.raises(SpecError, match="Unknown device"):
-        mesh_name("new_box")
 
 
 def test_data_parallel_specs_use_the_subdevice_mesh():

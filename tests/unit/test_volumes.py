@@ -15,8 +15,6 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import 
     apply_plan,
     expand_roots,
     expected_volume,
-    match_volume_name,
-    parse_volume_name,
     plan_absent,
     plan_alias,
     scan_root,
@@ -24,8 +22,6 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import 
     select_candidates,
     tensor_cache_meshes,
     tree_size,
-    version_key,
-    volume_name,
     weights_status,
 )
 
@@ -86,103 +82,6 @@ def snapshot(root):
                 with open(full, "rb") as handle:
                     result[rel] = ("file", handle.read())
     return result
-
-
-# --------------------------------------------------------------------------- names
-
-
-@pytest.mark.parametrize(
-    "name, impl_id, model_name, version, label",
-    [
-        (EXPECTED, "tt_transformers", "Qwen3-32B", "0.17.0", None),
-        (QB2, "tt_transformers", "Qwen3-32B", None, "qb2_launch"),
-        (
-            "volume_id_tt_transformers-Mistral-7B-Instruct-v0.3-v0.10.0",
-            "tt_transformers",
-            "Mistral-7B-Instruct-v0.3",
-            "0.10.0",
-            None,
-        ),
-        ("volume_id_whisper-distil-large-v3-v0.2.0", "whisper", "distil-large-v3", "0.2.0", None),
-        ("volume_id_tt_transformers-bge-large-en-v1.5-v0.3.0", "tt_transformers", "bge-large-en-v1.5", "0.3.0", None),
-        (
-            "volume_id_tt_transformers-Llama-3.1-8B-Instruct-v0.18.0-rc1",
-            "tt_transformers",
-            "Llama-3.1-8B-Instruct",
-            "0.18.0-rc1",
-            None,
-        ),
-        (
-            "volume_id_tt_transformers-Llama-3.1-8B-Instruct-v0.18",
-            "tt_transformers",
-            "Llama-3.1-8B-Instruct",
-            None,
-            "0.18",
-        ),
-        # Docker named volume: no version at all.
-        ("volume_id_tt_transformers-Llama-3.1-8B-Instruct", "tt_transformers", "Llama-3.1-8B-Instruct", None, None),
-        ("volume_id_qwen36_blackhole-Qwen3.6-27B-v0.20.0", "qwen36_blackhole", "Qwen3.6-27B", "0.20.0", None),
-        ("volume_id_x-model with space-vlabel é", "x", "model with space", None, "label é"),
-    ],
-)
-def test_parse_volume_name(name, impl_id, model_name, version, label):
-    parsed = parse_volume_name(name)
-    assert parsed == {
-        "impl_id": impl_id,
-        "model_name": model_name,
-        "version": version,
-        "label": label,
-        "parsed": True,
-        "moved_aside_from": None,
-    }
-
-
-def test_parse_moved_aside_name():
-    parsed = parse_volume_name(EXPECTED + ".ttfleet-aside-20261130T041500Z-2")
-    assert parsed["moved_aside_from"] == EXPECTED
-    assert (parsed["model_name"], parsed["version"], parsed["label"]) == ("Qwen3-32B", "0.17.0", None)
-    assert match_volume_name(EXPECTED + ".ttfleet-aside-20261130T041500Z", "tt_transformers", "Qwen3-32B") is None
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        "volume_id_",
-        "volume_id_abc",
-        "volume_id_-Qwen3-32B-v0.17.0",
-        "volume_id_tt_transformers-",
-        "volume_id_tt_transformers-Qwen3-32B-v",
-        "volume_id_tt_transformers--v0.17.0",
-        "volume_id_tt_transformers-..-v0.17.0",
-        "volume_id_tt_transformers-.",
-        "not_a_volume-Qwen3-32B-v0.17.0",
-        "VOLUME_ID_tt_transformers-Qwen3-32B-v0.17.0",
-    ],
-)
-def test_parse_volume_name_rejects_malformed(name):
-    assert parse_volume_name(name)["parsed"] is False
-
-
-def test_volume_name_round_trips():
-    name = volume_name("tt_transformers", "Mistral-7B-Instruct-v0.3", "0.10.0")
-    assert name == "volume_id_tt_transformers-Mistral-7B-Instruct-v0.3-v0.10.0"
-    assert match_volume_name(name, "tt_transformers", "Mistral-7B-Instruct-v0.3") == ("0.10.0", None)
-
-
-def test_match_volume_name_is_exact_where_parse_guesses():
-    name = "volume_id_tt_transformers-Qwen3-32B-vqb2-vfinal"
-    assert parse_volume_name(name)["model_name"] == "Qwen3-32B-vqb2"
-    assert match_volume_name(name, "tt_transformers", "Qwen3-32B") == (None, "qb2-vfinal")
-    assert match_volume_name(name, "tt_transformers", "Qwen3") is None
-    assert match_volume_name(name, "tt", "Qwen3-32B") is None
-    assert match_volume_name("volume_id_tt_transformers-Qwen3-32B-v", "tt_transformers", "Qwen3-32B") is None
-
-
-def test_version_key_orders_pins():
-    versions = ["0.9.0", "0.17.0", "0.10.1", "0.17.0-rc1", "1.0.0+build5"]
-    assert sorted(versions, key=version_key) == ["0.9.0", "0.10.1", "0.17.0-rc1", "0.17.0", "1.0.0+build5"]
-    for text in ("qb2_launch", "0.17", "v0.17.0", "", None, "0.17.0.1"):
-        assert version_key(text) is None
 
 
 # --------------------------------------------------------------------------- contents

@@ -16,7 +16,10 @@ import re
 from typing import TYPE_CHECKING, cast
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import SafeFileError
-from ansible_collections.ttfleet.inference.plugins.module_utils._spec import tt_metal_cache_subdir
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names import (
+    tensor_cache_parent,
+    tt_metal_cache_subdir,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -42,7 +45,6 @@ ARCHIVE_NAME = "kernels.tar.zst"
 SHA_NAME = ARCHIVE_NAME + ".sha256"
 MANIFEST_NAME = "manifest.json"
 MARKER_PREFIX = ".ttfleet-kernels-"
-ASIDE_INFIX = ".ttfleet-aside-"
 NO_VLLM = "none"
 FILE_MODE = 0o644
 EXEC_MODE = 0o755
@@ -118,7 +120,7 @@ def cache_path(volume: str, key: Key) -> str:
 
 def cache_parent(volume: str, key: Key) -> str:
     """``<volume>/tt_metal_cache/cache_<model_name>``: the directory holding the caches of all meshes and markers."""
-    return os.path.join(volume, "tt_metal_cache", f"cache_{key['model_name']}")
+    return os.path.join(volume, tensor_cache_parent(key["model_name"]))
 
 
 def marker_name(key: Key) -> str:

@@ -23,7 +23,6 @@ from ansible_collections.ttfleet.inference.plugins.module_utils import _net as n
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.archive import find_zstd, pack, unpack
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import (
     ARCHIVE_NAME,
-    ASIDE_INFIX,
     DIR_MODE,
     FILE_MODE,
     MANIFEST_MAX,
@@ -74,6 +73,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import
     set_attrs,
     write_atomic,
 )
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names import moved_aside_name
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -603,7 +603,7 @@ def _deploy_verified(
                     "Run again"
                 )
             if state["aside"]:
-                moved = f"{mesh}{ASIDE_INFIX}{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))}"
+                moved = moved_aside_name(mesh, now)
                 os.rename(mesh, moved, src_dir_fd=parent_fd, dst_dir_fd=parent_fd)
                 result["moved_aside"] = os.path.join(parent, moved)
             elif state["kind"] == "empty":
