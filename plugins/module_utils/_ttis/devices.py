@@ -94,7 +94,9 @@ BOARDS: dict[str, Board] = {
 
 # Lookups derived from the tables above, in the shapes their callers need.
 # workflows/device_utils.py: sorted (board type, board count) pairs to the device run.py infers.
-DEVICE_BY_BOARDS: dict[tuple[tuple[str, int], ...], str] = {(device.boards,): name.lower() for name, device in DEVICES.items() if device.boards}
+DEVICE_BY_BOARDS: dict[tuple[tuple[str, int], ...], str] = {
+    (device.boards,): name.lower() for name, device in DEVICES.items() if device.boards
+}
 FLEET_DEVICES = tuple(name.lower() for name, device in DEVICES.items() if device.fleet)
 
 

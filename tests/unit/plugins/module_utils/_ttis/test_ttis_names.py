@@ -46,7 +46,8 @@ def test_the_names_upstream_gives_qwen3_on_a_quietbox_2():
 
 
 def test_every_host_volume_starts_with_its_named_volume():
-    for impl_id, model, version in (("tt_transformers", "Qwen3-32B", "0.17.0"), ("whisper", "distil-large-v3", "0.2.0")):
+    cases = (("tt_transformers", "Qwen3-32B", "0.17.0"), ("whisper", "distil-large-v3", "0.2.0"))
+    for impl_id, model, version in cases:
         assert volume_name(impl_id, model, version) == f"{named_volume(impl_id, model)}-v{version}"
         assert match_volume_name(volume_name(impl_id, model, version), impl_id, model) == (version, None)
     assert parse_volume_name(named_volume("tt_transformers", "Qwen3-32B"))["model_name"] == "Qwen3-32B"
