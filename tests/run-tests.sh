@@ -54,8 +54,8 @@ lint() {
   antsibull-changelog lint
   # Security lint of the shipped Python; accepted findings carry `# nosec <id>` with the reason beside them.
   bandit -q -c pyproject.toml -r plugins
-  # Type checks of the shared core (settings in pyproject.toml), through the committed collections/ link.
-  mypy -p ansible_collections.ttfleet.inference.plugins.module_utils
+  # Type checks of every plugin (settings in pyproject.toml), through the committed collections/ link.
+  mypy -p ansible_collections.ttfleet.inference.plugins
 }
 
 unit() {

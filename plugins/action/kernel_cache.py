@@ -15,5 +15,5 @@ from ansible_collections.ttfleet.inference.plugins.plugin_utils.progress_action 
 class ActionModule(ProgressAction):
     PROGRESS_NAME = "kernel_cache"
 
-    def _runs_sync(self, args):
+    def _runs_sync(self, args: dict[str, object]) -> bool:
         return args.get("state") == "inspected"

@@ -14,6 +14,6 @@ from ansible_collections.ttfleet.inference.plugins.plugin_utils.progress_action 
 class ActionModule(ProgressAction):
     PROGRESS_NAME = "model_weights"
 
-    def _runs_sync(self, args):
+    def _runs_sync(self, args: dict[str, object]) -> bool:
         """source none moves no bytes: it only gives the weights in place their owners and modes."""
         return args.get("source") == "none"

@@ -10,7 +10,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.ttfleet.inference.plugins.module_utils._serve import ServeError, plan_instances
 
 
-def serve_instances(models, device, base_port=8000):
+def serve_instances(models: object, device: str | None, base_port: int | str = 8000) -> dict[str, object]:
     if not isinstance(models, list):
         raise AnsibleFilterError("serve_instances: the input must be tt_models, a list of dicts.")
     try:
@@ -21,5 +21,5 @@ def serve_instances(models, device, base_port=8000):
 
 
 class FilterModule:
-    def filters(self):
+    def filters(self) -> dict[str, object]:
         return {"serve_instances": serve_instances}

@@ -10,12 +10,12 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.ttfleet.inference.plugins.module_utils._fleet import model_conflicts
 
 
-def tt_model_conflicts(models):
+def tt_model_conflicts(models: object) -> list[str]:
     if not isinstance(models, list) or not all(isinstance(m, dict) and "name" in m for m in models):
         raise AnsibleFilterError("tt_model_conflicts: the input must be tt_models, a list of dicts with a name each.")
     return model_conflicts(models)
 
 
 class FilterModule:
-    def filters(self):
+    def filters(self) -> dict[str, object]:
         return {"tt_model_conflicts": tt_model_conflicts}

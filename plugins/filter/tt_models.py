@@ -10,7 +10,12 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.ttfleet.inference.plugins.module_utils._packages import ProfileError, expand_entries
 
 
-def tt_model_entries(models, device, packages=None, profiles=None):
+def tt_model_entries(
+    models: object,
+    device: str | None,
+    packages: dict[str, object] | None = None,
+    profiles: dict[str, object] | None = None,
+) -> list[dict[str, object]]:
     if not isinstance(models, list):
         raise AnsibleFilterError("tt_model_entries: the input must be tt_models, a list of dicts.")
     try:
@@ -20,5 +25,5 @@ def tt_model_entries(models, device, packages=None, profiles=None):
 
 
 class FilterModule:
-    def filters(self):
+    def filters(self) -> dict[str, object]:
         return {"tt_model_entries": tt_model_entries}

@@ -26,7 +26,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names impo
 )
 
 
-def _fields(filter_name, value, names, given):
+def _fields(filter_name: str, value: object, names: tuple[str, ...], given: tuple[object, ...]) -> list[object]:
     """Positional values, or the same keys of a model_spec result passed as the input."""
     if isinstance(value, Mapping) and not any(v is not None for v in given):
         missing = [name for name in names if value.get(name) in (None, "")]
@@ -42,28 +42,28 @@ def _fields(filter_name, value, names, given):
     return values
 
 
-def _names(filter_name, values, options):
+def _names(filter_name: str, values: list[object], options: tuple[str, ...]) -> list[str]:
     try:
         return [check_name(str(v), option) for v, option in zip(values, options, strict=True)]
     except SpecError as exc:
         raise AnsibleFilterError(f"{filter_name}: {exc}") from exc
 
 
-def tt_volume_name(impl_id, model_name=None, version=None):
+def tt_volume_name(impl_id: object, model_name: object = None, version: object = None) -> str:
     """volume_id_<impl_id>-<model_name>-v<version>."""
     options = ("impl_id", "model_name", "version")
     values = _fields("tt_volume_name", impl_id, options, (model_name, version))
     return volume_name(*_names("tt_volume_name", values, options))
 
 
-def tt_named_volume(impl_id, model_name=None):
+def tt_named_volume(impl_id: object, model_name: object = None) -> str:
     """volume_id_<impl_id>-<model_name>."""
     options = ("impl_id", "model_name")
     values = _fields("tt_named_volume", impl_id, options, (model_name,))
     return named_volume(*_names("tt_named_volume", values, options))
 
 
-def tt_mesh(device):
+def tt_mesh(device: object) -> str:
     """Mesh directory name of a TTIS device."""
     (device,) = _names("tt_mesh", [device], ("device",))
     try:
@@ -72,21 +72,21 @@ def tt_mesh(device):
         raise AnsibleFilterError(f"tt_mesh: {exc}") from exc
 
 
-def tt_cache_subdir(model_name, mesh=None):
+def tt_cache_subdir(model_name: object, mesh: object = None) -> str:
     """tt_metal_cache/cache_<model_name>/<mesh>, relative to the volume."""
     options = ("model_name", "mesh")
     values = _fields("tt_cache_subdir", model_name, options, (mesh,))
     return tt_metal_cache_subdir(*_names("tt_cache_subdir", values, options))
 
 
-def tt_cache_path(model_name, mesh=None):
+def tt_cache_path(model_name: object, mesh: object = None) -> str:
     """TT_CACHE_PATH inside the container."""
     options = ("model_name", "mesh")
     values = _fields("tt_cache_path", model_name, options, (mesh,))
     return container_tt_cache_path(*_names("tt_cache_path", values, options))
 
 
-def tt_legacy_interface(version, inference_engine="vLLM"):
+def tt_legacy_interface(version: object, inference_engine: object = "vLLM") -> bool:
     """Whether a spec's image predates the v0.11.0 container interface."""
     if isinstance(version, Mapping):
         return is_legacy_interface(version.get("inference_engine") or "vLLM", version.get("version"))
@@ -94,7 +94,7 @@ def tt_legacy_interface(version, inference_engine="vLLM"):
 
 
 class FilterModule:
-    def filters(self):
+    def filters(self) -> dict[str, object]:
         return {
             "tt_volume_name": tt_volume_name,
             "tt_named_volume": tt_named_volume,

@@ -9,20 +9,20 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.ttfleet.inference.plugins.module_utils._status import status_lines, status_summary
 
 
-def _rows(rows, name):
+def _rows(rows: object, name: str) -> list[object]:
     if not isinstance(rows, list):
         raise AnsibleFilterError(f"{name} expects the list of report rows, not {type(rows).__name__}")
     return rows
 
 
-def tt_status_lines(rows):
+def tt_status_lines(rows: object) -> list[str]:
     return status_lines(_rows(rows, "tt_status_lines"))
 
 
-def tt_status_summary(rows):
+def tt_status_summary(rows: object) -> dict[str, object]:
     return status_summary(_rows(rows, "tt_status_summary"))
 
 
 class FilterModule:
-    def filters(self):
+    def filters(self) -> dict[str, object]:
         return {"tt_status_lines": tt_status_lines, "tt_status_summary": tt_status_summary}

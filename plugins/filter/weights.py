@@ -21,7 +21,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._fanout import (
 )
 
 
-def weights_fanout(work_by_host, play_hosts):
+def weights_fanout(work_by_host: object, play_hosts: list[str]) -> Mapping[str, Mapping[str, object]]:
     if not isinstance(work_by_host, Mapping):
         raise AnsibleFilterError("weights_fanout: the input must map host names to their lists of work entries.")
     try:
@@ -30,7 +30,7 @@ def weights_fanout(work_by_host, play_hosts):
         raise AnsibleFilterError(f"weights_fanout: malformed work entries ({exc}).") from None
 
 
-def weights_fanout_rounds(plan):
+def weights_fanout_rounds(plan: object) -> int:
     if not isinstance(plan, Mapping):
         raise AnsibleFilterError("weights_fanout_rounds: the input must be the result of weights_fanout.")
     try:
@@ -39,7 +39,7 @@ def weights_fanout_rounds(plan):
         raise AnsibleFilterError(f"weights_fanout_rounds: malformed plan ({exc}).") from None
 
 
-def weights_anchors(fetched_by_host):
+def weights_anchors(fetched_by_host: object) -> dict[str, str]:
     if not isinstance(fetched_by_host, Mapping):
         raise AnsibleFilterError(
             "weights_anchors: the input must map host names to the results of the origin task (model_weights)."
@@ -52,13 +52,13 @@ def weights_anchors(fetched_by_host):
         raise AnsibleFilterError(f"weights_anchors: malformed results ({exc}).") from None
 
 
-def weights_server_name(model):
+def weights_server_name(model: object) -> str:
     if not isinstance(model, str) or not model:
         raise AnsibleFilterError(f"weights_server_name: the input must be a model name, got {model!r}.")
     return server_name(model)
 
 
-def kernel_fanout(wants, play_hosts):
+def kernel_fanout(wants: object, play_hosts: list[str]) -> dict[str, object]:
     if not isinstance(wants, Mapping):
         raise AnsibleFilterError(
             "kernel_fanout: the input must map host names to {peer: <kernel peer>, site: <model_cache_site>, "
@@ -71,7 +71,7 @@ def kernel_fanout(wants, play_hosts):
 
 
 class FilterModule:
-    def filters(self):
+    def filters(self) -> dict[str, object]:
         return {
             "weights_fanout": weights_fanout,
             "weights_fanout_rounds": weights_fanout_rounds,

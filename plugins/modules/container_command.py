@@ -402,7 +402,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names impo
 ENTRY_KEYS = ("impl", "engine", "vllm_override_args", "override_tt_config", "env", "spec", "profile", "kernel_cache")
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(
         argument_spec={
             **SPEC_SOURCE_OPTIONS,

@@ -203,6 +203,8 @@ bytes:
 import hashlib
 import os
 import time
+from collections.abc import Callable
+from typing import Any, BinaryIO
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -229,11 +231,13 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import
 )
 
 
-def _plan(params, engine, check_mode, warn):
+def _plan(
+    params: dict[str, Any], engine: Engine, check_mode: bool, warn: Callable[[str], None]
+) -> list[dict[str, Any]]:
     """Per image: the engine's record, and for a missing one its source and size."""
     plan = []
     registries = {}
-    absent = []
+    absent: list[bool] = []
     for item in params["images"]:
         ref = parse_reference(item["image"], "images[].image")
         entry = {"item": item, "ref": ref, "record": _inspect(engine, item["image"], check_mode, warn, absent)}
@@ -282,7 +286,7 @@ def _plan(params, engine, check_mode, warn):
     return plan
 
 
-def _open_archive(path, ref, pin):
+def _open_archive(path: str, ref: Any, pin: str | None) -> tuple[BinaryIO, int, str | None]:
     """(handle, size, image ID to expect or None) of a local archive that may be loaded: root's own, in a tree only
     root can write, or matching its pin. The handle is what gets loaded, so a later swap of the path changes nothing."""
     try:
@@ -310,7 +314,7 @@ def _open_archive(path, ref, pin):
         raise
 
 
-def _check_loaded(engine, entry, record, streamed):
+def _check_loaded(engine: Engine, entry: dict[str, Any], record: dict[str, Any] | None, streamed: str | None) -> None:
     """After a load: the engine's image must be the pinned one, else the reference is removed and the task fails."""
     ref, item = entry["ref"], entry["item"]
     expected, pin = entry.get("expected_id"), entry.get("pin")
@@ -325,7 +329,9 @@ def _check_loaded(engine, entry, record, streamed):
     )
 
 
-def _inspect(engine, image, check_mode, warn, absent):
+def _inspect(
+    engine: Engine, image: str, check_mode: bool, warn: Callable[[str], None], absent: list[bool]
+) -> dict[str, Any] | None:
     """The engine's record of image; in check mode a host whose engine is not there yet (tt_host installs it in the same
     run) has none of its images."""
     try:
@@ -339,13 +345,13 @@ def _inspect(engine, image, check_mode, warn, absent):
         return None
 
 
-def _s3_client(params):
+def _s3_client(params: dict[str, Any]) -> Any:  # an S3Client, imported here so that a run without S3 never loads _s3
     from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client
 
     return S3Client.from_options(params)
 
 
-def _s3_key(params, item):
+def _s3_key(params: dict[str, Any], item: dict[str, Any]) -> str:
     prefix = params["s3_prefix"].strip("/")
     return f"{prefix}/{item['archive_s3_key']}" if prefix else item["archive_s3_key"]
 
@@ -353,20 +359,20 @@ def _s3_key(params, item):
 class _Hashing:
     """A reader that hashes what passes through it (an S3 archive is pinned by what was streamed)."""
 
-    def __init__(self, handle):
+    def __init__(self, handle: Any) -> None:
         self.handle = handle
         self.hash = hashlib.sha256()
 
-    def read(self, amount):
+    def read(self, amount: int) -> bytes:
         data = self.handle.read(amount)
         self.hash.update(data)
         return data
 
-    def digest(self):
+    def digest(self) -> str:
         return "sha256:" + self.hash.hexdigest()
 
 
-def _preflight(params, engine, plan):
+def _preflight(params: dict[str, Any], engine: Engine, plan: list[dict[str, Any]]) -> None:
     need = sum(e["size"] or 0 for e in plan if e["source"] != "present")
     if not need:
         return
@@ -382,14 +388,14 @@ def _preflight(params, engine, plan):
         )
 
 
-def _fetch(params, engine, plan, progress):
+def _fetch(params: dict[str, Any], engine: Engine, plan: list[dict[str, Any]], progress: Progress) -> None:
     base = 0
     for entry in plan:
         if entry["source"] == "present":
             continue
         item, ref = entry["item"], entry["ref"]
 
-        def report(done, base=base, ref=ref):
+        def report(done: int, base: int = base, ref: Any = ref) -> None:
             progress.advance(base + done - progress.done, str(ref))
 
         if entry["source"] == "registry":
@@ -420,7 +426,7 @@ def _fetch(params, engine, plan, progress):
         base += entry["size"] or entry["fetched"]
 
 
-def _result(plan, check_mode):
+def _result(plan: list[dict[str, Any]], check_mode: bool) -> list[dict[str, Any]]:
     images = []
     for entry in plan:
         record, ref = entry["record"], entry["ref"]
@@ -441,7 +447,7 @@ def _result(plan, check_mode):
     return images
 
 
-def _diff(images, check_mode):
+def _diff(images: list[dict[str, Any]], check_mode: bool) -> dict[str, str]:
     before, after = [], []
     for image in images:
         if image["source"] == "present":
@@ -455,7 +461,7 @@ def _diff(images, check_mode):
     return {"before": "\n".join(before) + "\n", "after": "\n".join(after) + "\n"}
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
             **PROXY_OPTIONS,

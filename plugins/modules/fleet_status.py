@@ -126,7 +126,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._status import h
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names import SERVE_STATE_DIR
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
             state_dir=dict(type="path", default=SERVE_STATE_DIR),

@@ -179,6 +179,7 @@ origin_bytes:
 """
 
 import time
+from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -197,7 +198,9 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._progress import
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import human_bytes
 
 
-def _client(cache, registry, logins, params, targets):
+def _client(
+    cache: dict[str, Registry], registry: str, logins: dict[str, Login], params: dict[str, Any], targets: set[str]
+) -> Registry:
     """The client of ``registry``, with the credentials (and CA) set for that registry and no other's."""
     if registry not in cache:
         login = logins.get(registry)
@@ -214,7 +217,7 @@ def _client(cache, registry, logins, params, targets):
     return cache[registry]
 
 
-def logins_of(params, targets):
+def logins_of(params: dict[str, Any], targets: set[str]) -> dict[str, Login]:
     """``{registry: Login}``: registry_credentials, plus the deprecated per-side options bound to their registry (the
     source's to source_registry, the target's to the one registry of the targets)."""
     logins = check_logins(params["registry_credentials"], "registry_credentials")
@@ -242,8 +245,8 @@ def logins_of(params, targets):
     return logins
 
 
-def plan(params):
-    clients = {}
+def plan(params: dict[str, Any]) -> list[dict[str, Any]]:
+    clients: dict[str, Registry] = {}
     work = []
     pairs = []
     for pair in params["images"]:
@@ -261,7 +264,8 @@ def plan(params):
         dst = _client(clients, target.registry, logins, params, targets)
         resolved = src.resolve(source.path, source.reference)
         digest = resolved.get("platform_digest") or resolved["digest"]
-        _body, _media, have = dst.manifest(target.path, target.tag, method="HEAD", missing_ok=True)
+        # target.tag was checked above, before the pair was kept; mypy cannot follow it through the tuple.
+        _body, _media, have = dst.manifest(target.path, target.tag, method="HEAD", missing_ok=True)  # type: ignore[arg-type]
         entry = {
             "pair": pair,
             "source": source,
@@ -279,7 +283,7 @@ def plan(params):
     return work
 
 
-def copy(work, progress):
+def copy(work: list[dict[str, Any]], progress: Progress) -> None:
     for entry in work:
         if entry["present"]:
             continue
@@ -288,7 +292,11 @@ def copy(work, progress):
             resp = src.open_blob(source.path, blob["digest"], blob["size"])
             with resp:
                 reader = VerifyingReader(
-                    resp, blob["digest"], blob["size"], report=lambda n, ref=target: progress.advance(n, str(ref))
+                    # The default binds this loop's target; mypy cannot infer a lambda's defaulted parameter.
+                    resp,
+                    blob["digest"],
+                    blob["size"],
+                    report=lambda n, ref=target: progress.advance(n, str(ref)),  # type: ignore[misc]
                 )
                 dst.upload_blob(target.path, blob["digest"], blob["size"], reader)
                 reader.finish()
@@ -300,7 +308,7 @@ def copy(work, progress):
             raise ImageError(f"{target}: the site registry stored digest {pushed}, not the origin's {entry['digest']}")
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
             **PROXY_OPTIONS,

@@ -405,6 +405,7 @@ evidence:
 """
 
 import os
+from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -422,7 +423,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Cli
 from ansible_collections.ttfleet.inference.plugins.module_utils._s3_options import S3_OPTIONS, mask_url_credentials
 
 
-def _store(params, url=None):
+def _store(params: dict[str, Any], url: str | None = None) -> PathStore | HttpStore | S3Store:
     if params["store"] == "path":
         return PathStore(params["store_path"])
     if params["store"] == "http":
@@ -435,7 +436,7 @@ def _store(params, url=None):
     return S3Store(client, params["s3_bucket"], params["s3_prefix"], spool)
 
 
-def _diff(params, result):
+def _diff(params: dict[str, Any], result: dict[str, Any]) -> dict[str, str]:
     where = result["store"] if params["state"] == "harvested" else result["cache_path"]
     done = result["action"] != "none"
     if params["state"] == "harvested":
@@ -446,7 +447,7 @@ def _diff(params, result):
     return {"before": f"{where}: {before}\n", "after": f"{where}: {after}\n"}
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
             **PROXY_OPTIONS,
@@ -509,7 +510,8 @@ def main():
             result = harvest(params, store, check_mode=module.check_mode)
         elif params["store"] == "http" and params["store_fallback_urls"]:
             stores = [store] + [_store(params, url) for url in params["store_fallback_urls"]]
-            result = deploy_from_any(params, stores, check_mode=module.check_mode)
+            # store is http here, so every _store() above is an HttpStore; mypy cannot follow params["store"].
+            result = deploy_from_any(params, stores, check_mode=module.check_mode)  # type: ignore[arg-type]
         else:
             result = deploy(params, store, check_mode=module.check_mode)
     except KernelError as exc:

@@ -225,6 +225,8 @@ spec_source:
 """
 
 import os
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -266,7 +268,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._weights.sync im
 ENTRY_KEYS = ("name", "device", "impl", "engine", "image")
 
 
-def _entry(entry, index):
+def _entry(entry: dict[str, Any], index: int) -> dict[str, Any]:
     if not isinstance(entry.get("name"), str) or not entry["name"]:
         raise PlanError(f"models[{index}] has no name; give each tt_models entry the model's name, e.g. Qwen3-32B")
     for key in ENTRY_KEYS[1:]:
@@ -275,18 +277,18 @@ def _entry(entry, index):
     return entry
 
 
-def _weights_planner(params):
+def _weights_planner(params: dict[str, Any]) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
     """``plan(request)``: the check-mode result of model_weights for one model, with the shared source options."""
     shared = {key: params[key] for key in WEIGHTS_SOURCE_OPTIONS}
 
-    def plan(request):
+    def plan(request: Mapping[str, Any]) -> dict[str, Any]:
         options = {**shared, **{key: value for key, value in request.items() if value is not None}}
         return sync_weights(options, check_mode=True)
 
     return plan
 
 
-def plan(params, warn):
+def plan(params: dict[str, Any], warn: Callable[[str], None]) -> dict[str, Any]:
     root = os.path.normpath(check_path_text(params["volume_root"], "volume_root"))
     checkout = default_checkout(params["tt_inference_server_dir"], params["spec_file"])
     catalog = load_params_catalog(params, checkout)
@@ -323,8 +325,14 @@ def plan(params, warn):
         if volumes is None:
             records.append({"name": entry["name"], "entry": dict(entry), "spec": spec, "kernel": kernel_key(spec)})
             continue
+        # releases was set with volumes above; mypy cannot tie the two together.
         expected, candidates, warnings = plan_volume(
-            root, volumes, spec, releases, warn, isolate=params["kernel_isolation"]
+            root,
+            volumes,
+            spec,
+            releases,  # type: ignore[arg-type]
+            warn,
+            isolate=params["kernel_isolation"],
         )
         for warning in warnings:
             warn(warning)
@@ -351,7 +359,7 @@ def plan(params, warn):
     }
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
             **PROXY_OPTIONS,

@@ -412,7 +412,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
 )
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(
         argument_spec={
             **SPEC_SOURCE_OPTIONS,

@@ -398,7 +398,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._weights.sync im
 URL_OPTIONS = ("hf_endpoint", "s3_endpoint", "peer_url")
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
             **PROXY_OPTIONS,

@@ -79,6 +79,7 @@ registry:
 import hashlib
 import json
 import os
+from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -103,7 +104,7 @@ PEM_LIMIT = 256 * 1024
 CONFIG_DIR_MODE = 0o700
 
 
-def _dir_to_fix(directory):
+def _dir_to_fix(directory: str) -> str | None:
     """``mode 0755, owner 1000:1000`` when root's Docker config directory exists with another mode or owner than
     0700 root:root, else None."""
     try:
@@ -117,7 +118,7 @@ def _dir_to_fix(directory):
     return f"mode {st.st_mode & 0o7777:04o}, owner {st.st_uid}:{st.st_gid}"
 
 
-def _config(params):
+def _config(params: dict[str, Any]) -> tuple[int, str, dict[str, Any]]:
     directory, name = os.path.split(params["docker_config"])
     dirfd = make_path(directory, CONFIG_DIR_MODE, (0, 0))
     try:
@@ -137,7 +138,7 @@ def _config(params):
     return dirfd, name, data
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
             registry=dict(type="str", required=True),
@@ -204,7 +205,7 @@ def main():
     result = {"changed": changed_auth or changed_ca or changed_dir, "registry": registry}
     if module._diff:
 
-        def show(auth, ca):
+        def show(auth: tuple[str, str] | None, ca: bytes | None) -> str:
             who = f"{registry}: {'user ' + repr(auth[0]) if auth else 'no credentials'}"
             fingerprint = hashlib.sha256(ca).hexdigest()[:16] if ca else "none"
             return f"{who}\nca.crt sha256 {fingerprint}\n"

@@ -102,11 +102,13 @@ HEADER = "Managed by ttfleet.inference (role serve): secrets of one instance, re
 ENV_FILE_LIMIT = 64 << 10
 
 
-def _describe(values):
+def _describe(values: dict[str, str]) -> str:
     return "".join(f"{key}=<secret>\n" for key in sorted(values))
 
 
-def _read_existing(module, dirfd, directory, name, path):
+def _read_existing(  # type: ignore[return]  # fail_json exits, and ansible-core's AnsibleModule has no types to say so
+    module: AnsibleModule, dirfd: int, directory: str, name: str, path: str
+) -> tuple[str | None, os.stat_result | None]:
     """``(text, stat)`` of the env file, ``(None, None)`` when there is none. Anything that is not a small UTF-8
     regular file fails the task and is left as it is: it may hold a key that clients use."""
     try:
@@ -127,7 +129,7 @@ def _read_existing(module, dirfd, directory, name, path):
         )
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "path": {"type": "path", "required": True},
@@ -166,7 +168,7 @@ def main():
         module.fail_json(msg=f"cannot write {path}: {exc.strerror or exc}")
 
 
-def _apply(module, dirfd, directory, name, path, owner):
+def _apply(module: AnsibleModule, dirfd: int, directory: str, name: str, path: str, owner: int) -> None:
     text, stat = _read_existing(module, dirfd, directory, name, path)
     existing = parse_env(text or "")
     try:

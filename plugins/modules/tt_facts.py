@@ -250,7 +250,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ttfleet.inference.plugins.module_utils._facts import gather
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
             volume_root=dict(type="path", default="/var/lib/tt-cache"),

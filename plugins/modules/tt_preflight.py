@@ -250,6 +250,8 @@ models:
       sample: {firmware: {specifier: ">=19.2.0", mode: STRICT}, kmd: {specifier: ">=2.5.0", mode: STRICT}}
 """
 
+from typing import Any
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._preflight import (
@@ -271,7 +273,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import 
 _SOURCE_KEYS = ("tt_inference_server_dir", "spec_file", "python", "model_specs_env")
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
             facts=dict(type="dict", required=True),
@@ -296,7 +298,7 @@ def main():
             raise PreflightError(f"disk_margin_gb must not be negative, got {params['disk_margin_gb']}.")
         declared = params["device"] or facts.get("declared_device")
         device = declared or facts.get("implied_device")
-        summaries = []
+        summaries: list[dict[str, Any]] = []
         if models:
             if not (params["tt_inference_server_dir"] or params["spec_file"]):
                 raise PreflightError(

@@ -210,7 +210,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import 
 )
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
             path=dict(type="path", required=True),

@@ -345,7 +345,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import 
 )
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
             root=dict(type="path", required=True),

@@ -180,6 +180,7 @@ served_bytes:
 """
 
 import time
+from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -195,7 +196,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._peer import (
 )
 
 
-def _exit_running(module, state, changed):
+def _exit_running(module: AnsibleModule, state: dict[str, Any], changed: bool) -> None:
     module.exit_json(
         changed=changed,
         url=state["url"],
@@ -206,7 +207,7 @@ def _exit_running(module, state, changed):
     )
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
             state=dict(type="str", choices=["started", "stopped"], default="started"),
@@ -236,10 +237,11 @@ def main():
             params["bind"] = default_address()
         pinned = Catalog(params["path"], params["kind"])
         try:
-            # A server about to expire is not kept: the pull that follows could outlive it.
-            fresh = running and current.get("expires", 0) - time.time() >= params["ttl"] / 2
-            if fresh and (current.get("catalog"), current.get("bind")) == (pinned.digest, params["bind"]):
-                _exit_running(module, current, changed=False)
+            # A server about to expire is not kept: the pull that follows could outlive it. (current is not None
+            # when running is true: alive(None) is False, which mypy cannot follow.)
+            fresh = running and current.get("expires", 0) - time.time() >= params["ttl"] / 2  # type: ignore[union-attr]
+            if fresh and (current.get("catalog"), current.get("bind")) == (pinned.digest, params["bind"]):  # type: ignore[union-attr]
+                _exit_running(module, current, changed=False)  # type: ignore[arg-type]
             if module.check_mode:
                 module.exit_json(changed=True)
             if running:

@@ -33,6 +33,7 @@ import json
 import math
 import shlex
 import time
+from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
@@ -72,7 +73,7 @@ _JOB_KEYS = (
 )
 
 
-def human_duration(seconds):
+def human_duration(seconds: float | None) -> str:
     if seconds is None:
         return "unknown"
     seconds = round(max(float(seconds), 0))
@@ -85,7 +86,7 @@ def human_duration(seconds):
     return f"{secs}s"
 
 
-def parse_interval(value):
+def parse_interval(value: str | float | None) -> float:
     """The reporting interval in seconds from the variable's value (None: the default)."""
     if value is None or value == "":
         return DEFAULT_INTERVAL
@@ -101,7 +102,7 @@ def parse_interval(value):
     return interval
 
 
-def parse_job_limit(value):
+def parse_job_limit(value: str | int | None) -> int:
     """The async job's limit in seconds from ``ttfleet_job_limit`` (None: the default)."""
     if value is None or value == "":
         return JOB_LIMIT
@@ -117,14 +118,14 @@ def parse_job_limit(value):
     return limit
 
 
-def _number(value):
+def _number(value: object) -> float:
     """A non-negative number from the status file, 0 for anything else."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or value < 0:
         return 0
     return min(value, 1 << 62)
 
 
-def parse_status(text):
+def parse_status(text: str) -> dict[str, Any] | None:
     """The status file's JSON object, or None when it is absent, partial or not an object."""
     try:
         data = json.loads(text)
@@ -133,7 +134,9 @@ def parse_status(text):
     return data if isinstance(data, dict) and "done_bytes" in data else None
 
 
-def progress_line(host, status, elapsed, show_file=True, what="model_weights"):
+def progress_line(
+    host: str, status: dict[str, Any] | None, elapsed: float, show_file: bool = True, what: str = "model_weights"
+) -> str:
     """One line of progress for the playbook output."""
     head = f"{host}: {what}"
     if status is None:
@@ -153,7 +156,7 @@ def progress_line(host, status, elapsed, show_file=True, what="model_weights"):
     return line
 
 
-def refuse_url_credentials(args):
+def refuse_url_credentials(args: dict[str, Any]) -> None:
     """Fail on the controller, before the module runs (and its arguments reach the host's log), when the S3
     endpoint carries credentials."""
     endpoint = args.get("s3_endpoint")
@@ -164,7 +167,7 @@ def refuse_url_credentials(args):
         )
 
 
-def job_result(data):
+def job_result(data: dict[str, Any]) -> dict[str, Any]:
     """The module's result from an async_status answer, without the job's bookkeeping keys."""
     return {key: value for key, value in data.items() if key not in _JOB_KEYS}
 
@@ -177,11 +180,11 @@ class ProgressAction(ActionBase):
     # Name in the progress lines: the subclass's module.
     PROGRESS_NAME = "module"
 
-    def _runs_sync(self, args):
+    def _runs_sync(self, args: dict[str, Any]) -> bool:
         """Whether these arguments move no bytes, so the module runs as usual."""
         return False
 
-    def run(self, tmp=None, task_vars=None):
+    def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         del tmp
         task_vars = task_vars or {}
@@ -222,11 +225,11 @@ class ProgressAction(ActionBase):
 
     # -- steps --------------------------------------------------------------------------------------
 
-    def _run_command(self, command):
+    def _run_command(self, command: str) -> tuple[int | None, str]:
         res = self._low_level_execute_command(command, sudoable=True)
         return res.get("rc"), res.get("stdout", "")
 
-    def _make_status_dir(self):
+    def _make_status_dir(self) -> str:
         rc, out = self._run_command('umask 077 && mktemp -d "${TMPDIR:-/tmp}/ttfleet-progress.XXXXXXXX"')
         path = out.strip().splitlines()[-1] if out.strip() else ""
         if rc != 0 or not path.startswith("/"):
@@ -235,7 +238,7 @@ class ProgressAction(ActionBase):
             )
         return path
 
-    def _launch(self, args, task_vars):
+    def _launch(self, args: dict[str, Any], task_vars: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
         self._task.async_val = getattr(self, "_job_limit", JOB_LIMIT)
         try:
             launched = self._execute_module(module_args=args, task_vars=task_vars, wrap_async=True)
@@ -246,21 +249,23 @@ class ProgressAction(ActionBase):
             return None, launched
         return jid, launched
 
-    def _async_dir(self):
+    def _async_dir(self) -> str:
         return self._remote_expand_user(self.get_shell_option("async_dir", default="~/.ansible_async"))
 
-    def _job(self, jid, task_vars, mode="status"):
+    def _job(self, jid: str, task_vars: dict[str, Any], mode: str = "status") -> dict[str, Any]:
         return self._execute_module(
             module_name="ansible.legacy.async_status",
             module_args={"jid": jid, "mode": mode, "_async_dir": self._async_dir()},
             task_vars=task_vars,
         )
 
-    def _read_status(self, path):
+    def _read_status(self, path: str) -> dict[str, Any] | None:
         rc, out = self._run_command(f"cat -- {shlex.quote(path)} 2>/dev/null || true")
         return parse_status(out) if rc == 0 else None
 
-    def _follow(self, jid, status_file, interval, host, task_vars):
+    def _follow(
+        self, jid: str, status_file: str, interval: float, host: str, task_vars: dict[str, Any]
+    ) -> dict[str, Any]:
         # Reports are due on a fixed schedule (started + k * interval), whatever a poll costs.
         started = time.monotonic()
         poll, polls = min(interval, MAX_POLL), 0
@@ -282,7 +287,7 @@ class ProgressAction(ActionBase):
                 display.display(progress_line(host, status, now - started, show_file, self.PROGRESS_NAME))
                 next_report = max(next_report + interval, now + poll)
 
-    def _stop_job(self, jid):
+    def _stop_job(self, jid: str) -> None:
         """Stop a job this run gave up on (interrupted, connection lost), so that no second writer is left behind.
 
         The async wrapper's watcher and its forked child carry the job id in their command line; the child leads
@@ -296,7 +301,7 @@ class ProgressAction(ActionBase):
         except Exception as exc:  # the original error matters more
             display.warning(f"could not stop the async job {jid} on the host: {exc}")
 
-    def _cleanup(self, jid, status_dir, task_vars):
+    def _cleanup(self, jid: str | None, status_dir: str | None, task_vars: dict[str, Any]) -> None:
         if jid is not None:
             try:
                 self._job(jid, task_vars, mode="cleanup")
