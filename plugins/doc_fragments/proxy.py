@@ -5,7 +5,7 @@ from __future__ import annotations
 
 
 class ModuleDocFragment:
-    # The proxy settings of the modules that fetch from origins (module_utils._net.proxy_for holds the rule).
+    # The proxy settings of the modules that fetch from origins (module_utils._net.proxy.proxy_for holds the rule).
     DOCUMENTATION = r"""
 options:
   proxy_env:

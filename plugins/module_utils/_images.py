@@ -6,7 +6,7 @@ Private to the collection. ``container_command`` maps the image a release's spec
 (``map_image``); ``container_image`` fetches images on a host through the Docker Engine API (credentials in the
 ``X-Registry-Auth`` header, never in argv; progress from the engine's JSON stream); ``image_mirror`` copies an
 image from its origin into the site registry once per site (``Registry``: each blob read once, verified while it
-streams through). Every network call is bounded by ``_net.Deadline`` (a stall limit and an overall limit).
+streams through). Every network call is bounded by ``_net.deadline.Deadline`` (a stall limit and an overall limit).
 """
 
 from __future__ import annotations
@@ -25,7 +25,18 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _net
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.deadline import Deadline, watch
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.errors import NetError
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.http import (
+    WatchedHTTPConnection,
+    connection,
+    describe,
+    open_url,
+    read_capped,
+)
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.limits import CHUNK, DEFAULT_STALL, DEFAULT_TOTAL
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.redact import printable
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.urls import origin_of, show_origin
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import O_DIR, trusted
 
 if TYPE_CHECKING:
@@ -119,7 +130,7 @@ def _split_domain(text: str) -> tuple[str | None, str]:
 def parse_reference(text: object, what: str = "image") -> Reference:
     """Parse ``text`` with Docker's rules (docker.io and library/ by default); ImageError names it otherwise."""
     if not isinstance(text, str) or not text or len(text) > 512 or text != text.strip():
-        raise ImageError(f"{what} {_net.printable(text, 120)!r} is not an image reference (registry/path:tag)")
+        raise ImageError(f"{what} {printable(text, 120)!r} is not an image reference (registry/path:tag)")
     rest, digest = text, None
     if "@" in rest:
         rest, _sep, digest = rest.partition("@")
@@ -149,7 +160,7 @@ def parse_reference(text: object, what: str = "image") -> Reference:
 
 def _check_prefix(text: object, what: str) -> str:
     if not isinstance(text, str) or not text:
-        raise ImageError(f"{what} {_net.printable(text, 120)!r}: give a registry with an optional path")
+        raise ImageError(f"{what} {printable(text, 120)!r}: give a registry with an optional path")
     if "://" in text:
         raise ImageError(
             f"{what} {text!r}: give a registry and path without a scheme (registry.site.example:5000/tenstorrent); "
@@ -203,7 +214,7 @@ def registry_host(text: object, what: str = "registry") -> str:
     """A registry as image references name it, ``host[:port]`` (Docker Hub's aliases are ``docker.io``)."""
     if not isinstance(text, str) or not text or "/" in text or not _DOMAIN_RE.match(text):
         raise ImageError(
-            f"{what} {_net.printable(text, 120)!r}: give the registry as host[:port], the way image references name "
+            f"{what} {printable(text, 120)!r}: give the registry as host[:port], the way image references name "
             "it, without a scheme or a path (registry.site.example:5000, ghcr.io)"
         )
     return DOCKER_HUB if text in ("index.docker.io", DOCKER_HUB_API) else text
@@ -321,7 +332,7 @@ def check_pin(text: object, what: str) -> str:
         value = "sha256:" + value
     if not isinstance(value, str) or not _DIGEST_RE.match(value):
         raise ImageError(
-            f"{what} {_net.printable(text, 120)!r} is not a sha256 (64 hex digits, with or without sha256:): give the "
+            f"{what} {printable(text, 120)!r} is not a sha256 (64 hex digits, with or without sha256:): give the "
             "image ID (the Id of docker image inspect IMAGE where it was saved) or the archive's sha256sum"
         )
     return value
@@ -398,7 +409,7 @@ def archive_images(handle: Any, archive: str) -> list[tuple[str, list[str]]]:
                 member = tar.getmember(str(name))
                 if not member.isfile() or member.size > limit:
                     raise ImageError(
-                        f"{what}: {_net.printable(name, 120)} is not a regular member of {limit} B or less"
+                        f"{what}: {printable(name, 120)} is not a regular member of {limit} B or less"
                     )
                 data = tar.extractfile(member)
                 return data.read() if data is not None else b""
@@ -414,7 +425,7 @@ def archive_images(handle: Any, archive: str) -> list[tuple[str, list[str]]]:
                 found.append((image_id, [str(tag) for tag in tags or []]))
     except (tarfile.TarError, KeyError, ValueError, OSError) as exc:
         raise ImageError(
-            f"{what} is not a docker save tarball ({type(exc).__name__}: {_net.printable(exc, 200)})"
+            f"{what} is not a docker save tarball ({type(exc).__name__}: {printable(exc, 200)})"
         ) from None
     finally:
         handle.seek(0)
@@ -439,7 +450,7 @@ def check_archive_pin(handle: Any, pin: str, ref: Reference, archive: str, optio
         return expected
     digest = hashlib.sha256()
     while True:
-        chunk = handle.read(_net.CHUNK)
+        chunk = handle.read(CHUNK)
         if not chunk:
             break
         digest.update(chunk)
@@ -464,15 +475,15 @@ def check_archive_pin(handle: Any, pin: str, ref: Reference, archive: str, optio
 
 def _error_text(exc: urllib.error.HTTPError) -> str:
     try:
-        body = _net.read_capped(exc, ERROR_LIMIT, "the error", exc.geturl() or "")
-    except _net.NetError:
+        body = read_capped(exc, ERROR_LIMIT, "the error", exc.geturl() or "")
+    except NetError:
         body = b""
     try:
         errors = json.loads(body).get("errors") or []
         text = "; ".join(f"{e.get('code', '')}: {e.get('message', '')}" for e in errors if isinstance(e, dict))
     except (ValueError, AttributeError):
         text = body.decode("utf-8", "replace")
-    return _net.printable(text.strip() or exc.reason, 300)
+    return printable(text.strip() or exc.reason, 300)
 
 
 class Registry:
@@ -488,8 +499,8 @@ class Registry:
         auth: tuple[str, str] | None = None,
         plain_http: bool = False,
         certs_dir: str = CERTS_DIR,
-        timeout: float = _net.DEFAULT_TOTAL,
-        stall: float = _net.DEFAULT_STALL,
+        timeout: float = DEFAULT_TOTAL,
+        stall: float = DEFAULT_STALL,
         ca_data: str | None = None,
     ) -> None:
         self.registry = registry
@@ -506,27 +517,27 @@ class Registry:
         self.stall = stall
         self.tokens: dict[str, dict[str, str]] = {}
 
-    def _deadline(self, what: str, size: int | None = None) -> _net.Deadline:
+    def _deadline(self, what: str, size: int | None = None) -> Deadline:
         if size is not None:
-            return _net.Deadline.for_size(size, stall=self.stall, what=what)
-        return _net.Deadline(total=self.timeout, stall=self.stall, what=what)
+            return Deadline.for_size(size, stall=self.stall, what=what)
+        return Deadline(total=self.timeout, stall=self.stall, what=what)
 
     def _open(
         self,
         url: str,
-        deadline: _net.Deadline,
+        deadline: Deadline,
         headers: Mapping[str, str] | None = None,
         credentials: Mapping[str, str] | None = None,
         method: str | None = None,
     ) -> http.client.HTTPResponse:
-        return _net.open_url(
+        return open_url(
             url,
             deadline,
             headers=headers,
             credentials=credentials,
             method=method,
             context=self.context,
-            credential_origin=_net.origin(self.base),
+            credential_origin=origin_of(self.base),
             use_proxy=True,
         )
 
@@ -537,16 +548,16 @@ class Registry:
     def _token(self, challenge: dict[str, str], scope: str) -> dict[str, str]:
         realm = challenge.get("realm", "")
         if urllib.parse.urlsplit(realm).scheme not in ("http", "https"):
-            raise ImageError(f"registry {self.registry} names no usable token service ({_net.printable(realm, 120)})")
+            raise ImageError(f"registry {self.registry} names no usable token service ({printable(realm, 120)})")
         query = {"service": challenge.get("service", ""), "scope": scope}
         url = realm + ("&" if "?" in realm else "?") + urllib.parse.urlencode({k: v for k, v in query.items() if v})
         creds = {}
-        if self.auth and _net.origin(realm) == _net.origin(self.base):
+        if self.auth and origin_of(realm) == origin_of(self.base):
             creds = {"Authorization": "Basic " + encode_auth(*self.auth)}
         deadline = self._deadline(f"the token for {scope} from {self.registry}")
         try:
-            with _net.open_url(url, deadline, credentials=creds, context=self.context, use_proxy=True) as resp:
-                data = json.loads(_net.read_capped(resp, TOKEN_LIMIT, "the token", url, deadline))
+            with open_url(url, deadline, credentials=creds, context=self.context, use_proxy=True) as resp:
+                data = json.loads(read_capped(resp, TOKEN_LIMIT, "the token", url, deadline))
         except urllib.error.HTTPError as exc:
             raise self._refused(exc.code, scope, _error_text(exc)) from None
         except ValueError:
@@ -573,7 +584,7 @@ class Registry:
         headers: dict[str, str] = {}
         try:
             with self._open(f"{self.base}/v2/", deadline) as resp:
-                _net.read_capped(resp, ERROR_LIMIT, "the answer", self.base, deadline)
+                read_capped(resp, ERROR_LIMIT, "the answer", self.base, deadline)
         except urllib.error.HTTPError as exc:
             if exc.code != 401:
                 raise ImageError(
@@ -590,7 +601,7 @@ class Registry:
                 headers = self._token(challenge, scope)
             else:
                 raise ImageError(f"registry {self.registry} asks for an unknown authentication ({scheme!r})") from None
-        except _net.NetError as exc:
+        except NetError as exc:
             raise ImageError(f"registry {self.registry} cannot be reached: {exc}") from None
         self.tokens[scope] = headers
         return headers
@@ -603,7 +614,7 @@ class Registry:
         actions: str = "pull",
         method: str | None = None,
         headers: Mapping[str, str] | None = None,
-        deadline: _net.Deadline | None = None,
+        deadline: Deadline | None = None,
     ) -> http.client.HTTPResponse:
         creds = self.authorize(path, actions)
         deadline = deadline or self._deadline(what)
@@ -613,7 +624,7 @@ class Registry:
             if exc.code in (401, 403):
                 raise self._refused(exc.code, f"repository:{path}:{actions}", _error_text(exc)) from None
             raise
-        except _net.NetError as exc:
+        except NetError as exc:
             raise ImageError(f"{what} from {self.registry}: {exc}") from None
 
     def manifest(
@@ -632,7 +643,7 @@ class Registry:
                 headers={"Accept": ACCEPT},
                 deadline=deadline,
             ) as resp:
-                body = b"" if method == "HEAD" else _net.read_capped(resp, MANIFEST_LIMIT, what, self.base, deadline)
+                body = b"" if method == "HEAD" else read_capped(resp, MANIFEST_LIMIT, what, self.base, deadline)
                 media = (resp.headers.get("Content-Type") or "").split(";")[0].strip()
                 digest = resp.headers.get("Docker-Content-Digest") or ""
         except urllib.error.HTTPError as exc:
@@ -643,7 +654,7 @@ class Registry:
                     f"registry {self.registry} has no image {path}:{reference} (HTTP 404 {_error_text(exc)})"
                 ) from None
             raise ImageError(f"{what}: HTTP {exc.code} {_error_text(exc)}") from None
-        except _net.NetError as exc:
+        except NetError as exc:
             raise ImageError(f"{what}: {exc}") from None
         if body:
             actual = "sha256:" + hashlib.sha256(body).hexdigest()
@@ -715,14 +726,14 @@ class Registry:
         except urllib.error.HTTPError as exc:
             raise ImageError(f"{what}: HTTP {exc.code} {_error_text(exc)}") from None
         url = urllib.parse.urljoin(self.base + "/", location)
-        if _net.origin(url) != _net.origin(self.base):
-            raise ImageError(f"{what}: the registry sent the upload to another origin ({_net.show_origin(url)})")
+        if origin_of(url) != origin_of(self.base):
+            raise ImageError(f"{what}: the registry sent the upload to another origin ({show_origin(url)})")
         url += ("&" if "?" in url else "?") + urllib.parse.urlencode({"digest": digest})
         deadline = self._deadline(what, size)
         creds = self.authorize(path, "pull,push")
         req_headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
         try:
-            conn = _net.connection(*_net.origin(url), deadline, context=self.context, use_proxy=True)
+            conn = connection(*origin_of(url), deadline, context=self.context, use_proxy=True)
             split = urllib.parse.urlsplit(url)
             conn.putrequest("PUT", split.path + ("?" + split.query if split.query else ""))
             for name, value in {**req_headers, **creds}.items():
@@ -730,13 +741,13 @@ class Registry:
             conn.endheaders()
             sent = 0
             while sent < size:
-                chunk = body.read(min(_net.CHUNK, size - sent))
+                chunk = body.read(min(CHUNK, size - sent))
                 if not chunk:
                     raise ImageError(f"{what}: the source ended after {sent} of {size} bytes")
                 conn.send(chunk)
                 sent += len(chunk)
         except (OSError, http.client.HTTPException, ssl.SSLError) as exc:
-            raise ImageError(f"{what}: {_net.describe(exc, deadline, url)}") from None
+            raise ImageError(f"{what}: {describe(exc, deadline, url)}") from None
         _answer(conn, what, url, deadline, (201, 204))
 
     def put_manifest(self, path: str, tag: str, body: bytes, media_type: str) -> str:
@@ -744,25 +755,25 @@ class Registry:
         creds = self.authorize(path, "pull,push")
         deadline = self._deadline(what)
         try:
-            conn = _net.connection(*_net.origin(self.base), deadline, context=self.context, use_proxy=True)
+            conn = connection(*origin_of(self.base), deadline, context=self.context, use_proxy=True)
             conn.request("PUT", f"/v2/{path}/manifests/{tag}", body=body, headers={"Content-Type": media_type, **creds})
         except (OSError, http.client.HTTPException, ssl.SSLError) as exc:
-            raise ImageError(f"{what}: {_net.describe(exc, deadline, self.base)}") from None
+            raise ImageError(f"{what}: {describe(exc, deadline, self.base)}") from None
         return _answer(conn, what, self.base, deadline, (200, 201))
 
 
-def _answer(conn: Any, what: str, url: str, deadline: _net.Deadline, accepted: tuple[int, ...]) -> str:
+def _answer(conn: Any, what: str, url: str, deadline: Deadline, accepted: tuple[int, ...]) -> str:
     """Read the (capped) answer to a request sent on ``conn``; returns its Docker-Content-Digest."""
     try:
         resp = conn.getresponse()
-        answer = _net.read_capped(resp, ERROR_LIMIT, "the answer", url, deadline)
+        answer = read_capped(resp, ERROR_LIMIT, "the answer", url, deadline)
         digest = resp.headers.get("Docker-Content-Digest") or ""
         resp.close()
         conn.close()
     except (OSError, http.client.HTTPException, ssl.SSLError) as exc:
-        raise ImageError(f"{what}: {_net.describe(exc, deadline, url)}") from None
+        raise ImageError(f"{what}: {describe(exc, deadline, url)}") from None
     if resp.status not in accepted:
-        raise ImageError(f"{what}: HTTP {resp.status} {_net.printable(answer.decode('utf-8', 'replace'), 300)}")
+        raise ImageError(f"{what}: HTTP {resp.status} {printable(answer.decode('utf-8', 'replace'), 300)}")
     return digest
 
 
@@ -796,7 +807,7 @@ class VerifyingReader:
         except (OSError, http.client.HTTPException) as exc:
             raise ImageError(
                 f"the blob {self.digest[:19]} broke off after {self.done} of its {self.size} bytes "
-                f"({type(exc).__name__}: {_net.printable(exc, 200)})"
+                f"({type(exc).__name__}: {printable(exc, 200)})"
             ) from None
         self.done += len(data)
         self.hash.update(data)
@@ -818,7 +829,7 @@ class VerifyingReader:
 # The Docker Engine API on its Unix socket.
 
 
-class _UnixConnection(_net.WatchedHTTPConnection):
+class _UnixConnection(WatchedHTTPConnection):
     ttfleet_socket = DOCKER_SOCKET
 
     def connect(self) -> None:
@@ -832,7 +843,7 @@ class _UnixConnection(_net.WatchedHTTPConnection):
             raise
         self.sock = sock
         if deadline is not None:
-            self.ttfleet_watch = _net.watch(sock, deadline)
+            self.ttfleet_watch = watch(sock, deadline)
 
 
 def _progress_of(layers: dict[str, list[int]]) -> int:
@@ -850,7 +861,7 @@ class Engine:
         self,
         method: str,
         path: str,
-        deadline: _net.Deadline,
+        deadline: Deadline,
         body: Any = None,
         headers: Mapping[str, str] | None = None,
     ) -> http.client.HTTPResponse:
@@ -866,15 +877,15 @@ class Engine:
             ) from None
         except (OSError, http.client.HTTPException) as exc:
             raise ImageError(
-                f"the Docker engine on {self.socket_path}: {_net.describe(exc, deadline, 'http://docker')}"
+                f"the Docker engine on {self.socket_path}: {describe(exc, deadline, 'http://docker')}"
             ) from None
 
     def _json(self, method: str, path: str, what: str) -> JSON | None:
-        deadline = _net.Deadline(total=60, stall=30, what=what)
+        deadline = Deadline(total=60, stall=30, what=what)
         resp = self._request(method, path, deadline)
         try:
-            body = _net.read_capped(resp, 32 * 1024 * 1024, what, "http://docker", deadline)
-        except _net.NetError as exc:
+            body = read_capped(resp, 32 * 1024 * 1024, what, "http://docker", deadline)
+        except NetError as exc:
             raise ImageError(f"{what}: {exc}") from None
         finally:
             resp.close()
@@ -893,11 +904,11 @@ class Engine:
     def remove(self, image: str) -> None:
         """Remove the reference ``image`` from the engine (its layers too when nothing else uses them)."""
         what = f"docker image rm {image}"
-        deadline = _net.Deadline(total=120, stall=60, what=what)
+        deadline = Deadline(total=120, stall=60, what=what)
         resp = self._request("DELETE", f"/images/{urllib.parse.quote(image, safe='/:@')}", deadline)
         try:
-            body = _net.read_capped(resp, ERROR_LIMIT, what, "http://docker", deadline)
-        except _net.NetError as exc:
+            body = read_capped(resp, ERROR_LIMIT, what, "http://docker", deadline)
+        except NetError as exc:
             raise ImageError(f"{what}: {exc}") from None
         finally:
             resp.close()
@@ -907,14 +918,14 @@ class Engine:
     def info(self) -> JSON:
         return self._json("GET", "/info", "docker info") or {}
 
-    def _stream(self, resp: http.client.HTTPResponse, what: str, deadline: _net.Deadline) -> Iterator[JSON]:
+    def _stream(self, resp: http.client.HTTPResponse, what: str, deadline: Deadline) -> Iterator[JSON]:
         """The engine's JSON messages, one per line, each capped; a stall or the deadline ends it as an ImageError."""
         total = 0
         buffer = b""
         try:
             while True:
                 try:
-                    data = resp.read1(_net.CHUNK) if hasattr(resp, "read1") else resp.read(_net.CHUNK)
+                    data = resp.read1(CHUNK) if hasattr(resp, "read1") else resp.read(CHUNK)
                 except TimeoutError:
                     raise ImageError(f"{what} stalled: the engine sent nothing for {deadline.stall:.0f} s") from None
                 except (OSError, http.client.HTTPException) as exc:
@@ -951,9 +962,9 @@ class Engine:
         """Pull ``ref`` through the engine; returns the bytes it downloaded. ``report(done)`` follows the layers."""
         what = f"the pull of {ref}"
         deadline = (
-            _net.Deadline.for_size(total, stall=self.stall, what=what)
+            Deadline.for_size(total, stall=self.stall, what=what)
             if timeout is None
-            else _net.Deadline(total=timeout, stall=self.stall, what=what)
+            else Deadline(total=timeout, stall=self.stall, what=what)
         )
         query = urllib.parse.urlencode({"fromImage": ref.name, "tag": ref.digest or ref.tag or "latest"})
         resp = self._request(
@@ -961,8 +972,8 @@ class Engine:
         )
         if resp.status != 200:
             try:
-                body = _net.read_capped(resp, ERROR_LIMIT, what, "http://docker", deadline)
-            except _net.NetError:
+                body = read_capped(resp, ERROR_LIMIT, what, "http://docker", deadline)
+            except NetError:
                 body = b""
             resp.close()
             raise ImageError(f"{what}: the engine answered HTTP {resp.status} {_engine_message(body)}")
@@ -971,7 +982,7 @@ class Engine:
             if message.get("error") or message.get("errorDetail"):
                 error = message.get("errorDetail")
                 text = error.get("message") if isinstance(error, dict) else None
-                raise ImageError(f"{what} failed: {_net.printable(text or message.get('error'), 400)}")
+                raise ImageError(f"{what} failed: {printable(text or message.get('error'), 400)}")
             layer = str(message.get("id") or "")
             status = str(message.get("status") or "")
             found = message.get("progressDetail")
@@ -995,7 +1006,7 @@ class Engine:
     def load(self, handle: Any, size: int, report: Callable[[int], object] | None = None) -> list[str]:
         """``docker load`` of an archive (``handle``, ``size`` bytes); returns the references it loaded."""
         what = "docker load"
-        deadline = _net.Deadline.for_size(size, stall=self.stall, what=what)
+        deadline = Deadline.for_size(size, stall=self.stall, what=what)
 
         class Counting:
             done = 0
@@ -1015,13 +1026,13 @@ class Engine:
             headers={"Content-Type": "application/x-tar", "Content-Length": str(size)},
         )
         if resp.status != 200:
-            body = _net.read_capped(resp, ERROR_LIMIT, what, "http://docker", deadline)
+            body = read_capped(resp, ERROR_LIMIT, what, "http://docker", deadline)
             resp.close()
             raise ImageError(f"{what}: the engine answered HTTP {resp.status} {_engine_message(body)}")
         loaded = []
         for message in self._stream(resp, what, deadline):
             if message.get("error") or message.get("errorDetail"):
-                raise ImageError(f"{what} failed: {_net.printable(message.get('error'), 400)}")
+                raise ImageError(f"{what} failed: {printable(message.get('error'), 400)}")
             stream = str(message.get("stream") or "")
             for prefix in ("Loaded image: ", "Loaded image ID: "):
                 if stream.startswith(prefix):
@@ -1031,9 +1042,9 @@ class Engine:
 
 def _engine_message(body: bytes) -> str:
     try:
-        return _net.printable(json.loads(body).get("message", ""), 400)
+        return printable(json.loads(body).get("message", ""), 400)
     except (ValueError, AttributeError):
-        return _net.printable(body.decode("utf-8", "replace"), 400)
+        return printable(body.decode("utf-8", "replace"), 400)
 
 
 def repo_digest(record: Mapping[str, Any] | None, ref: Reference) -> str | None:

@@ -17,7 +17,12 @@ import time
 import urllib.parse
 from typing import TYPE_CHECKING
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _net
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.deadline import Deadline
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.errors import NetError
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.http import connection, describe, read_capped
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.limits import DEFAULT_STALL, MAX_HEALTH_BYTES
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.redact import printable
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.urls import origin_of
 from ansible_collections.ttfleet.inference.plugins.module_utils._reuse import read_record
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import SafeFileError, open_dir, read_json
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names import serve_unit
@@ -55,9 +60,9 @@ def read_state_files(state_dir: str) -> list[JSON]:
             try:
                 entry["data"] = read_json(dirfd, name, _STATE_MAX_BYTES, where=state_dir, missing={})
             except SafeFileError as exc:
-                entry["error"] = _net.printable(exc.reason, 300)
+                entry["error"] = printable(exc.reason, 300)
             except OSError as exc:
-                entry["error"] = _net.printable(exc, 300)
+                entry["error"] = printable(exc, 300)
             found.append(entry)
     finally:
         os.close(dirfd)
@@ -85,9 +90,9 @@ def unit_state(unit: str, runner: Runner = subprocess.run) -> JSON:
             check=False,
         )
     except (OSError, subprocess.SubprocessError) as exc:
-        return {"unit": unit, "available": False, "error": _net.printable(exc, 300)}
+        return {"unit": unit, "available": False, "error": printable(exc, 300)}
     if proc.returncode != 0:
-        return {"unit": unit, "available": False, "error": _net.printable((proc.stderr or "").strip()[-300:], 300)}
+        return {"unit": unit, "available": False, "error": printable((proc.stderr or "").strip()[-300:], 300)}
     props = parse_systemctl_show(proc.stdout)
     try:
         restarts: int | None = int(props.get("NRestarts", "0") or 0)
@@ -124,7 +129,7 @@ def _probe_result(url: str, status: str, code: int | None, started: float, error
         "status": status,
         "code": code,
         "seconds": round(time.monotonic() - started, 3),
-        "error": None if error is None else _net.printable(error, 300),
+        "error": None if error is None else printable(error, 300),
     }
 
 
@@ -137,23 +142,23 @@ def probe(url: str | None, timeout: float) -> JSON:
     if not url:
         return {"url": None, "status": "unknown", "code": None, "seconds": None, "error": "no port in the state file"}
     started = time.monotonic()
-    deadline = _net.Deadline(total=timeout, stall=min(float(timeout), _net.DEFAULT_STALL), what="the /health probe")
+    deadline = Deadline(total=timeout, stall=min(float(timeout), DEFAULT_STALL), what="the /health probe")
     parts = urllib.parse.urlsplit(url)
-    scheme, host, port = _net.origin(url)
+    scheme, host, port = origin_of(url)
     path = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
     try:
-        conn = _net.connection(scheme, host, port, deadline)
+        conn = connection(scheme, host, port, deadline)
         conn.connect()
-    except (_net.NetError, OSError, ValueError, http.client.HTTPException) as exc:
-        return _probe_result(url, "unreachable", None, started, str(_net.describe(exc, deadline, url)))
+    except (NetError, OSError, ValueError, http.client.HTTPException) as exc:
+        return _probe_result(url, "unreachable", None, started, str(describe(exc, deadline, url)))
     code = response = None
     try:
         conn.request("GET", path, headers={"Accept-Encoding": "identity"})
         response = conn.getresponse()
         code = response.status
-        _net.read_capped(response, _net.MAX_HEALTH_BYTES, "the /health answer", url, deadline)
-    except (_net.NetError, OSError, ValueError, http.client.HTTPException) as exc:
-        return _probe_result(url, "unhealthy", code, started, str(_net.describe(exc, deadline, url)))
+        read_capped(response, MAX_HEALTH_BYTES, "the /health answer", url, deadline)
+    except (NetError, OSError, ValueError, http.client.HTTPException) as exc:
+        return _probe_result(url, "unhealthy", code, started, str(describe(exc, deadline, url)))
     finally:
         if response is not None:
             response.close()
@@ -291,7 +296,7 @@ def _cell(value: object) -> str:
     """One cell of the table, terminal-safe: the rows come from the hosts, whose answers are not trusted."""
     if value is None or value == "":
         return "-"
-    return _net.printable(value, 200)
+    return printable(value, 200)
 
 
 def _mapping(value: object) -> dict[str, Any]:
@@ -354,8 +359,8 @@ def _image_cell(item: Mapping[str, Any]) -> str:
 
 def status_lines(rows: Iterable[Any] | None) -> list[str]:
     """A fixed-width table of the fleet report rows: one line per instance, one per host without any. Every cell
-    goes through ``_net.printable``: a state, a name or a path with ESC, OSC, CR, LF or a bidi override reaches the
-    terminal as escapes."""
+    goes through ``_net.redact.printable``: a state, a name or a path with ESC, OSC, CR, LF or a bidi override reaches
+    the terminal as escapes."""
     header = ("HOST", "DEVICE", "RELEASE", "INSTANCE", "PORT", "UNIT", "HEALTH", "VOLUME", "IMAGE")
     table = [header]
     for row in rows or []:

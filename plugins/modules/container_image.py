@@ -220,9 +220,9 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._images import (
     read_auth,
     repo_digest,
 )
-from ansible_collections.ttfleet.inference.plugins.module_utils._net import PROXY_OPTIONS, apply_proxy_env
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.proxy import PROXY_OPTIONS, apply_proxy_env
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.options import S3_OPTIONS
 from ansible_collections.ttfleet.inference.plugins.module_utils._progress import Progress
-from ansible_collections.ttfleet.inference.plugins.module_utils._s3_options import S3_OPTIONS
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
     SafeFileError,
     free_bytes,
@@ -345,8 +345,8 @@ def _inspect(
         return None
 
 
-def _s3_client(params: dict[str, Any]) -> Any:  # an S3Client, imported here so that a run without S3 never loads _s3
-    from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client
+def _s3_client(params: dict[str, Any]) -> Any:  # an S3Client, imported here so that a run without S3 never loads it
+    from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.client import S3Client
 
     return S3Client.from_options(params)
 

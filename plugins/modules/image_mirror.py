@@ -193,7 +193,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._images import (
     parse_reference,
     registry_host,
 )
-from ansible_collections.ttfleet.inference.plugins.module_utils._net import PROXY_OPTIONS, apply_proxy_env
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.proxy import PROXY_OPTIONS, apply_proxy_env
 from ansible_collections.ttfleet.inference.plugins.module_utils._progress import Progress
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import human_bytes
 

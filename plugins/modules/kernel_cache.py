@@ -418,9 +418,11 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.operati
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.scan import DEFAULT_TEMP_PATTERNS
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.stores import HttpStore, PathStore, S3Store
-from ansible_collections.ttfleet.inference.plugins.module_utils._net import PROXY_OPTIONS, apply_proxy_env
-from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client, S3Error
-from ansible_collections.ttfleet.inference.plugins.module_utils._s3_options import S3_OPTIONS, mask_url_credentials
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.errors import S3Error
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.proxy import PROXY_OPTIONS, apply_proxy_env
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.redact import mask_url_credentials
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.client import S3Client
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.options import S3_OPTIONS
 
 
 def _store(params: dict[str, Any], url: str | None = None) -> PathStore | HttpStore | S3Store:

@@ -242,11 +242,8 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._cache_plan impo
     plan_volume,
     shortfall_text,
 )
-from ansible_collections.ttfleet.inference.plugins.module_utils._net import PROXY_OPTIONS, apply_proxy_env
-from ansible_collections.ttfleet.inference.plugins.module_utils._s3_options import (
-    WEIGHTS_SOURCE_OPTIONS,
-    mask_url_credentials,
-)
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.proxy import PROXY_OPTIONS, apply_proxy_env
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.redact import mask_url_credentials
 from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
     DEFAULT_MODEL_SPECS_ENV,
     MODEL_SPECS_ENVS,
@@ -263,6 +260,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import 
     scan_roots,
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import WeightsError, scrub
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.options import WEIGHTS_SOURCE_OPTIONS
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.sync import sync_weights
 
 ENTRY_KEYS = ("name", "device", "impl", "engine", "image")

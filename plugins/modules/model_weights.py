@@ -384,15 +384,13 @@ skipped:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._net import PROXY_OPTIONS, apply_proxy_env
-from ansible_collections.ttfleet.inference.plugins.module_utils._s3_options import (
-    WEIGHTS_SOURCE_OPTIONS,
-    mask_url_credentials,
-)
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.proxy import PROXY_OPTIONS, apply_proxy_env
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.redact import mask_url_credentials
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import (
     WeightsError,
     scrub,
 )
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.options import WEIGHTS_SOURCE_OPTIONS
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.sync import sync_weights
 
 URL_OPTIONS = ("hf_endpoint", "s3_endpoint", "peer_url")

@@ -262,7 +262,7 @@ def run_bounded(code, timeout=120, env=None):
 
 def baseline_rss_mib():
     """Peak RSS of a child that only imports the collection's network code: the zero of memory assertions."""
-    result = run_bounded("from ansible_collections.ttfleet.inference.plugins.module_utils import _net  # noqa")
+    result = run_bounded("from ansible_collections.ttfleet.inference.plugins.module_utils._net import http  # noqa")
     return result["peak_rss_mib"]
 
 

@@ -36,7 +36,8 @@ from conftest import (
     weights_options,
 )
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _net as net
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.limits import MAX_LISTED_FILES, MAX_REDIRECTS
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.redact import printable
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights import fetch as fetch_module
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights import hub as hub_module
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.fetch import NET_ATTEMPTS
@@ -326,10 +327,10 @@ def test_a_million_files_are_refused_quickly_and_small(hostile, tmp_path, module
     msg = result["json"].get("msg", "")
     assert result["json"].get("failed"), result["json"]
     # The last page is refused by its JSON values, counted before decoding, or by its entries once decoded.
-    assert re.search(rf"more than {net.MAX_LISTED_FILES} entries|at most {net.MAX_LISTED_FILES} files", msg), msg
+    assert re.search(rf"more than {MAX_LISTED_FILES} entries|at most {MAX_LISTED_FILES} files", msg), msg
     pages = len([req for req in server.requests if req.path.startswith(TREE)])
     print(f"1,000,001 files: {pages} pages, {result['seconds']:.1f} s, peak {result['hwm_mib']:.0f} MiB")
-    assert pages == net.MAX_LISTED_FILES // 10_000 + 1
+    assert pages == MAX_LISTED_FILES // 10_000 + 1
     assert result["seconds"] < 30
     assert result["hwm_mib"] - module_baseline < 100, result["hwm_mib"]
 
@@ -502,12 +503,12 @@ def _chain(hops):
 
 
 def test_five_redirects_are_followed_and_six_refused(hostile, tmp_path):
-    five = hostile(hub_script(tree=_chain(net.MAX_REDIRECTS)))
+    five = hostile(hub_script(tree=_chain(MAX_REDIRECTS)))
     assert list_hf_source(Hub(five.url), REPO, SHA)[1][0]["path"] == "model.safetensors"
-    six = hostile(hub_script(tree=_chain(net.MAX_REDIRECTS + 1)))
+    six = hostile(hub_script(tree=_chain(MAX_REDIRECTS + 1)))
     with pytest.raises(WeightsError, match=r"the file list .* redirect that is not followed .* more than 5 times"):
         list_hf_source(Hub(six.url), REPO, SHA)
-    assert len([req for req in six.requests if req.path.startswith(TREE)]) == net.MAX_REDIRECTS + 1
+    assert len([req for req in six.requests if req.path.startswith(TREE)]) == MAX_REDIRECTS + 1
 
 
 def test_a_redirect_loop_is_refused(hostile, tmp_path):
@@ -589,7 +590,7 @@ def test_file_names_with_terminal_controls_are_refused_and_shown_escaped(hostile
     msg = str(exc.value)
     assert "unusable file path" in msg
     assert not any(ch in msg for ch in "\x1b\x07\n\r\u202e"), repr(msg)
-    assert net.printable(name) in msg
+    assert printable(name) in msg
     assert not (tmp_path / "vol").exists()
 
 
@@ -599,7 +600,7 @@ def test_progress_lines_show_names_and_states_escaped(name):
     line = progress_action.progress_line("qb2-1", status, 3)
     assert not any(ch in line for ch in "\x1b\x07\n\r\u202e"), repr(line)
     assert line.startswith("qb2-1: model_weights 10 B of 100 B (10.0%)")
-    assert f"[{net.printable(name)}]" in line and ", x\\x1b[31m" in line
+    assert f"[{printable(name)}]" in line and ", x\\x1b[31m" in line
 
 
 def test_a_status_file_with_odd_values_still_gives_a_line():

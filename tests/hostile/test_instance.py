@@ -19,7 +19,11 @@ import pytest
 from conftest import ROOT, SLACK, baseline_rss_mib, drip, endless, http_head, long_head, run_bounded, send
 
 from ansible_collections.ttfleet.inference.plugins.filter.tt_status import tt_status_lines
-from ansible_collections.ttfleet.inference.plugins.module_utils import _net, _status
+from ansible_collections.ttfleet.inference.plugins.module_utils import _status
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.deadline import Deadline
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.errors import NetError
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.http import open_url, read_capped
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.limits import MAX_HEALTH_BYTES
 
 WRAPPER = os.path.join(ROOT, "roles", "serve", "files", "ttfleet-serve")
 TEMPLATES = os.path.join(ROOT, "roles", "serve", "templates")
@@ -339,7 +343,7 @@ def test_units_that_probe_have_a_finite_start_timeout():
     constants = {
         name: float(value) for name, value in re.findall(r"^([A-Z_]+) = ([\d.]+)(?:  #.*)?$", text, re.M) if value
     }
-    assert "MAX_HEALTH_BYTES = 64 * 1024" in text and _net.MAX_HEALTH_BYTES == 64 * 1024
+    assert "MAX_HEALTH_BYTES = 64 * 1024" in text and MAX_HEALTH_BYTES == 64 * 1024
     health = re.search(r"^TimeoutStartSec=(\d+)$", _unit("tt-serve-health@.service.j2"), re.M)
     assert health, "the oneshot health check has no finite TimeoutStartSec"
     # Longer than the wrapper's own worst case, so the wrapper counts the failure before systemd kills it.
@@ -414,13 +418,13 @@ def test_net_keeps_the_deadline_armed_while_a_closing_answer_drips_its_body(host
     server = hostile(body_drip)
     # The stall limit is far above the overall one: with the watchdog disarmed, the read would wait for the whole
     # 512-byte body (100 s), not end at 2 s.
-    deadline = _net.Deadline(total=2, stall=30, what="the answer")
+    deadline = Deadline(total=2, stall=30, what="the answer")
     start = time.monotonic()
     with (
-        pytest.raises(_net.NetError, match=r"did not finish within its 2 s limit|broke the HTTP protocol"),
-        _net.open_url(server.url + "/x", deadline) as resp,
+        pytest.raises(NetError, match=r"did not finish within its 2 s limit|broke the HTTP protocol"),
+        open_url(server.url + "/x", deadline) as resp,
     ):
-        _net.read_capped(resp, 1024, "the body", server.url, deadline)
+        read_capped(resp, 1024, "the body", server.url, deadline)
     assert time.monotonic() - start < 2 + SLACK
     assert deadline.expired
 

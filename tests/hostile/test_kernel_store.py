@@ -14,7 +14,6 @@ import time
 import pytest
 from conftest import SLACK, as_json, baseline_rss_mib, dir_bytes, drip, endless, http_head, long_head, run_bounded, send
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _net as net
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import (
     ARCHIVE_NAME,
     MANIFEST_NAME,
@@ -30,7 +29,8 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.operati
     harvest,
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.stores import HttpStore, PathStore, S3Store
-from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.limits import MAX_JSON_BYTES
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.client import S3Client
 
 pytestmark = pytest.mark.skipif(shutil.which("zstd") is None, reason="needs the zstd program")
 
@@ -365,7 +365,7 @@ def test_a_256_mib_manifest_is_refused_with_little_memory(hostile):
         "    print('refused:', exc)\n"
     )
     result = run_bounded(code)
-    assert f"passed the {net.MAX_JSON_BYTES}-byte cap" in result["out"], result["err"][-2000:]
+    assert f"passed the {MAX_JSON_BYTES}-byte cap" in result["out"], result["err"][-2000:]
     assert result["peak_rss_mib"] - baseline < 96, result
     assert len(server.requests) == 1
 

@@ -13,10 +13,10 @@ import time
 import pytest
 from conftest import SLACK, answer_file, dir_bytes, drip, endless, http_head, long_head, reply, send, weights_options
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _net as net
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights import fetch as fetch_module
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights import hub as hub_module
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights import sources as sources_module
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.fetch import NET_ATTEMPTS
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import WeightsError
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.sync import sync_weights
@@ -147,7 +147,7 @@ def test_an_endless_peer_manifest_is_capped(hostile, tmp_path):
 
 
 def test_a_manifest_listing_too_many_files_is_refused(hostile, tmp_path, monkeypatch):
-    monkeypatch.setattr(net, "MAX_LISTED_FILES", 100)
+    monkeypatch.setattr(sources_module, "MAX_LISTED_FILES", 100)
     server = hostile(peer_script(listing=manifest({f"f/{i}.bin": b"x" for i in range(101)})))
     with pytest.raises(WeightsError, match="lists more than 100 files in its manifest"):
         sync_weights(opts(tmp_path, server))

@@ -23,10 +23,12 @@ import pytest
 from conftest import SLACK, HostileServer, drip, http_head, reply, send
 from test_hub import REPO, SHA, TOKEN, _tls_context, hub_script
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _net as net
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import KernelError
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.stores import HttpStore
-from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client, S3Error
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.deadline import Deadline
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.errors import NetError, S3Error
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.http import connection, read_capped
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.client import S3Client
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.hub import Hub, list_hf_source
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import WeightsError
 
@@ -407,15 +409,15 @@ def test_the_overall_limit_holds_for_a_tls_origin_that_drips_its_answer(
     origin = tls_origin(lambda conn, req, srv: drip(conn, b"HTTP/1.1 200 " + b"O" * 200 + b"\r\n", 0.1, srv.stop))
     if through_proxy:
         proxy_env(HTTPS_PROXY=tinyproxy().url)
-    deadline = net.Deadline(total=3, stall=1, what="the answer")
+    deadline = Deadline(total=3, stall=1, what="the answer")
     started = time.monotonic()
-    conn = net.connection("https", "127.0.0.1", origin.port, deadline, use_proxy=True)
+    conn = connection("https", "127.0.0.1", origin.port, deadline, use_proxy=True)
     try:
         conn.request("GET", "/")
         # http.client takes the status line cut short by the shutdown for a whole one; reading on is refused.
         resp = conn.getresponse()
-        with pytest.raises(net.NetError, match="did not finish within its 3 s limit"):
-            net.read_capped(resp, 1024, "the answer", origin.url, deadline)
+        with pytest.raises(NetError, match="did not finish within its 3 s limit"):
+            read_capped(resp, 1024, "the answer", origin.url, deadline)
     except (OSError, http.client.HTTPException):
         pass  # or the cut came inside the status line: either way the deadline ended it
     finally:

@@ -1,4 +1,4 @@
-"""The S3 client (plugins/module_utils/_s3.py) against hostile S3 endpoints on 127.0.0.1: bytes on disk, time, memory,
+"""The S3 client (plugins/module_utils/_net/s3/) against hostile S3 endpoints on 127.0.0.1: bytes on disk, time, memory,
 where the signature goes, and what a broken answer turns into. The client is the real one with dummy keys (the hostile
 servers check no signature)."""
 
@@ -16,9 +16,11 @@ import pytest
 from conftest import SLACK, as_json, baseline_rss_mib, drip, endless, http_head, long_head, run_bounded, send
 from test_kernel_store import module_code
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _net as net
-from ansible_collections.ttfleet.inference.plugins.module_utils import _s3 as s3
-from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client, S3Error
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.errors import S3Error
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.limits import MAX_LISTED_FILES, MAX_XML_BYTES
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.client import S3Client
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.endpoint import ATTEMPTS
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.xml import parse_error
 
 ACCESS = "AKIA" + "HOSTILETEST0001"
 SECRET = "hostile/secret+" + "0123456789abcdef"
@@ -150,7 +152,6 @@ def _page(keys, token=None):
 
 
 LIST_IN_CHILD = """
-from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client, S3Error
 client = S3Client({url!r}, "AK", "SK", timeout=10, total=60)
 try:
     print(len(list(client.list_objects("models", "org/"))))
@@ -171,7 +172,7 @@ def test_a_256_mib_listing_page_is_refused_with_little_memory(hostile, baseline,
     server = hostile(script)
     result = run_bounded(LIST_IN_CHILD.format(url=server.url))
     assert result["rc"] == 0, result["err"][-2000:]
-    assert "refused:" in result["out"] and f"more than the {net.MAX_XML_BYTES} bytes" in result["out"]
+    assert "refused:" in result["out"] and f"more than the {MAX_XML_BYTES} bytes" in result["out"]
     assert result["seconds"] < 20
     # One page at most (16 MiB) is held, never the 256 MiB, and a refused page is not fetched again.
     assert result["peak_rss_mib"] - baseline < 64, result
@@ -193,18 +194,18 @@ def test_a_listing_of_1000001_keys_is_refused_at_the_cap(hostile, baseline):
     server = hostile(script)
     result = run_bounded(LIST_IN_CHILD.format(url=server.url))
     assert result["rc"] == 0, result["err"][-2000:]
-    assert f"the listing holds more than {net.MAX_LISTED_FILES} objects" in result["out"]
-    assert len(server.requests) == net.MAX_LISTED_FILES // 1000 + 1
+    assert f"the listing holds more than {MAX_LISTED_FILES} objects" in result["out"]
+    assert len(server.requests) == MAX_LISTED_FILES // 1000 + 1
     assert result["seconds"] < 40
     assert result["peak_rss_mib"] - baseline < 160, result
 
 
 def test_one_page_of_more_keys_than_the_cap_is_refused_while_parsing(hostile, baseline):
-    body = _page(f"o/{i}" for i in range(net.MAX_LISTED_FILES + 1))
-    assert len(body) < net.MAX_XML_BYTES
+    body = _page(f"o/{i}" for i in range(MAX_LISTED_FILES + 1))
+    assert len(body) < MAX_XML_BYTES
     server = hostile(lambda conn, req, srv: send(conn, http_head(200, length=len(body)) + body))
     result = run_bounded(LIST_IN_CHILD.format(url=server.url))
-    assert f"the listing holds more than {net.MAX_LISTED_FILES} objects" in result["out"], result["err"][-2000:]
+    assert f"the listing holds more than {MAX_LISTED_FILES} objects" in result["out"], result["err"][-2000:]
     assert result["peak_rss_mib"] - baseline < 160, result
 
 
@@ -246,7 +247,7 @@ def test_billion_laughs_in_a_listing_or_an_error_is_refused_without_expanding(ho
     result = run_bounded(LIST_IN_CHILD.format(url=server.url))
     assert "refused:" in result["out"] and "document type declaration" in result["out"], result["err"][-2000:]
     assert result["seconds"] < 10 and result["peak_rss_mib"] - baseline < 32
-    assert s3.parse_error(LAUGHS.replace(b"ListBucketResult", b"Error")) == (None, None)
+    assert parse_error(LAUGHS.replace(b"ListBucketResult", b"Error")) == (None, None)
 
 
 @pytest.mark.skipif(pyexpat.version_info < (2, 4, 1), reason="expat < 2.4.1 has no amplification limit")
@@ -299,7 +300,7 @@ def test_5xx_retries_stay_with_the_endpoint(hostile, catcher):
     server = hostile(lambda conn, req, srv: send(conn, http_head(503, {"Location": catcher.url + "/retry"}, 0)))
     with pytest.raises(S3Error, match="answered HTTP 503"):
         client_for(server).head_object("models", "k")
-    assert len(server.requests) == s3.ATTEMPTS and catcher.requests == []
+    assert len(server.requests) == ATTEMPTS and catcher.requests == []
 
 
 # ---------------------------------------------------------------------------
@@ -322,7 +323,7 @@ def test_tls_to_a_plain_http_endpoint_is_a_clear_error():
     port = listener.getsockname()[1]
 
     def answer():
-        for _attempt in range(s3.ATTEMPTS):
+        for _attempt in range(ATTEMPTS):
             conn, _addr = listener.accept()
             with conn:
                 conn.sendall(http_head(400, length=0))

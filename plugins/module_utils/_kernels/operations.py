@@ -19,7 +19,6 @@ import time
 import urllib.error
 from typing import TYPE_CHECKING, cast
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _net as net
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.archive import find_zstd, pack, unpack
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import (
     ARCHIVE_NAME,
@@ -56,8 +55,11 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.stores 
     json_bytes,
     split_userinfo,
 )
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.deadline import Deadline
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.errors import NetError
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.http import open_url
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.redact import hide_userinfo, printable
 from ansible_collections.ttfleet.inference.plugins.module_utils._progress import Progress
-from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import hide_userinfo
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
     TEMP_PREFIX,
     SafeFileError,
@@ -94,7 +96,7 @@ def pinned_sha256(options: Mapping[str, Any]) -> str | None:
         return None
     if not isinstance(pinned, str) or not HEX64_RE.match(pinned):
         raise KernelError(
-            f"expected_sha256 {net.printable(pinned, 80)!r} of the kernel cache of {options.get('model_name')} is not "
+            f"expected_sha256 {printable(pinned, 80)!r} of the kernel cache of {options.get('model_name')} is not "
             "a sha256 (64 lowercase hex digits); give the sha256 of the origin's manifest (the peer's pack result, "
             "manifest.sha256), or leave expected_sha256 unset"
         )
@@ -180,15 +182,15 @@ def _make_staging(parent_fd: int, mesh: str, parent: str) -> tuple[str, int]:
 def check_health(url: str, timeout: float = 10, total: float = HEALTH_TOTAL) -> str | None:
     """None when ``url`` answers HTTP 200, else the reason. The body is not read; the check stalls for at most
     ``timeout`` seconds and lasts at most ``total``; a broken answer (not HTTP, reset) is a reason, not a crash."""
-    shown = net.printable(hide_userinfo(url), 300)
+    shown = printable(hide_userinfo(url), 300)
     target, credentials = split_userinfo(url)
-    deadline = net.Deadline(total=total, stall=timeout, what="the health check")
+    deadline = Deadline(total=total, stall=timeout, what="the health check")
     try:
-        resp = net.open_url(target, deadline, credentials=credentials)
+        resp = open_url(target, deadline, credentials=credentials)
     except urllib.error.HTTPError as exc:
         exc.close()
         return f"{shown} answered HTTP {exc.code}"
-    except net.NetError as exc:
+    except NetError as exc:
         return f"{shown} is unreachable or broken ({exc})"
     with contextlib.closing(resp):
         status = resp.status

@@ -21,7 +21,6 @@ import time
 import urllib.parse
 from typing import TYPE_CHECKING, cast
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _net as net
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import (
     ARCHIVE_NAME,
     DIR_MODE,
@@ -37,7 +36,17 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys im
     mismatch_text,
     refusal,
 )
-from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Error
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.deadline import Deadline
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.errors import NetError, ProxyError, S3Error
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.http import (
+    connection,
+    content_length,
+    describe,
+    read_capped,
+)
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.limits import DEFAULT_STALL, MAX_JSON_BYTES
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.redact import printable
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.urls import show_origin
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
     TEMP_PREFIX,
     SafeFileError,
@@ -61,7 +70,7 @@ if TYPE_CHECKING:
 
     from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import JSON, Key
     from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.scan import Scan
-    from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client
+    from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.client import S3Client
 
     _T = TypeVar("_T")
     Store: TypeAlias = "PathStore | HttpStore | S3Store | HolderChain"
@@ -71,7 +80,7 @@ SCHEMA = 1
 KIND = "ttfleet.kernel_cache"
 SHA_MAX = 4096  # a kernels.tar.zst.sha256 file (sha256sum format: one line)
 # The overall limit of a small store request (a manifest, a sha file) and the floor of the archive's, which grows by
-# a second per MiB of its archive_bytes (module_utils._net.Deadline.for_size); the stall limit is the timeout option.
+# a second per MiB of its archive_bytes (_net.deadline.Deadline.for_size); the stall limit is the timeout option.
 REQUEST_TOTAL = 300.0
 HEX64_RE = re.compile(r"^[0-9a-f]{64}$")
 
@@ -302,10 +311,10 @@ def split_userinfo(url: str) -> tuple[str, dict[str, str]]:
 
 class _Body:
     """The body of a store's answer as a file object: a network error, a stall or the end of its deadline is a
-    module_utils._net.NetError naming the origin; closing it closes the connection."""
+    module_utils._net.errors.NetError naming the origin; closing it closes the connection."""
 
     def __init__(
-        self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection, deadline: net.Deadline, url: str
+        self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection, deadline: Deadline, url: str
     ) -> None:
         self.resp = resp
         self.conn = conn
@@ -317,12 +326,12 @@ class _Body:
         try:
             data = self.resp.read(size)
         except (http.client.HTTPException, OSError, ValueError) as exc:
-            raise net.describe(exc, self.deadline, self.url) from None
+            raise describe(exc, self.deadline, self.url) from None
         self.deadline.check()
         return data
 
     def read_capped(self, limit: int, what: str) -> bytes:
-        return net.read_capped(self.resp, limit, what, self.url, self.deadline)
+        return read_capped(self.resp, limit, what, self.url, self.deadline)
 
     def close(self) -> None:
         self.resp.close()
@@ -335,7 +344,7 @@ class _Body:
         self.close()
 
 
-def _too_slow(deadline: net.Deadline) -> bool:
+def _too_slow(deadline: Deadline) -> bool:
     return deadline.expired or deadline.remaining() <= 0
 
 
@@ -359,7 +368,7 @@ class HttpStore:
             # Not shown: the path of a peer's URL is its access token.
             raise KernelError("store_url holds spaces or control characters; check the variable that sets it")
         self.url = url.rstrip("/") + "/"
-        self.timeout = float(timeout or net.DEFAULT_STALL)
+        self.timeout = float(timeout or DEFAULT_STALL)
         self.total = float(total)
         # What messages, results and the marker show: no credentials, and not the path of the base URL, which for
         # a fleet peer (weights_server) is its access token; the marker is readable by every user of the host.
@@ -377,7 +386,7 @@ class HttpStore:
         self._scheme = target_parts.scheme.lower()
         self._host = target_parts.hostname
         self._base = target_parts.path
-        self._origin = net.show_origin(target)
+        self._origin = show_origin(target)
 
     @staticmethod
     def _entry(key: Key, name: str) -> str:
@@ -389,15 +398,15 @@ class HttpStore:
     def describe(self, key: Key | None = None, name: str = "") -> str:
         return self.shown + self._entry(key, name) if key else self.shown
 
-    def _failure(self, shown: str, exc: Exception, deadline: net.Deadline) -> KernelError:
-        if isinstance(exc, net.ProxyError):
+    def _failure(self, shown: str, exc: Exception, deadline: Deadline) -> KernelError:
+        if isinstance(exc, ProxyError):
             return KernelError(f"{shown} failed: {exc}")
         if _too_slow(deadline):
             return KernelError(
                 f"{shown} did not finish within its {deadline.total:.0f} s limit; the store is too slow or stalled. "
                 "Check store_url and the network"
             )
-        why = net.describe(exc, deadline, self._origin)
+        why = describe(exc, deadline, self._origin)
         return KernelError(f"{shown} failed: {why}; check store_url and that the store is serving")
 
     def _open(
@@ -408,18 +417,18 @@ class HttpStore:
         with ``Range``, and skipped to when the server sends the whole file instead (HTTP lets it)."""
         shown = self.describe(key, name)
         if size is None:
-            deadline = net.Deadline(total=self.total, stall=self.timeout, what="the answer")
+            deadline = Deadline(total=self.total, stall=self.timeout, what="the answer")
         else:
-            deadline = net.Deadline.for_size(size - offset, stall=self.timeout, what="the archive", floor=self.total)
+            deadline = Deadline.for_size(size - offset, stall=self.timeout, what="the archive", floor=self.total)
         headers = dict(self._headers)
         if offset:
             headers["Range"] = f"bytes={offset}-"
         conn = None
         try:
-            conn = net.connection(self._scheme, self._host, self._port, deadline, use_proxy=self.use_proxy)
+            conn = connection(self._scheme, self._host, self._port, deadline, use_proxy=self.use_proxy)
             conn.request("GET", self._base + self._entry(key, name), headers=headers)
             resp = conn.getresponse()
-        except (http.client.HTTPException, OSError, ValueError, net.NetError) as exc:
+        except (http.client.HTTPException, OSError, ValueError, NetError) as exc:
             if conn is not None:
                 conn.close()
             raise self._failure(shown, exc, deadline) from None
@@ -430,7 +439,7 @@ class HttpStore:
                 return None
             if 300 <= resp.status < 400:
                 location = resp.getheader("Location") or ""
-                to = f" to {net.show_origin(location)}" if "://" in location else ""
+                to = f" to {show_origin(location)}" if "://" in location else ""
                 raise KernelError(
                     f"{shown} answered HTTP {resp.status}, a redirect{to}; a kernel store's redirects are not followed "
                     "(a peer's URL holds its access token). Set store_url to the store itself"
@@ -438,12 +447,12 @@ class HttpStore:
             ranged = bool(offset) and resp.status == 206
             if resp.status != 200 and not ranged:
                 raise KernelError(f"{shown} answered HTTP {resp.status}; check store_url and that the store is serving")
-            declared = net.content_length(resp)
+            declared = content_length(resp)
             wanted = f"bytes {offset}-{(size or 0) - 1}/{size}"
             if ranged and (resp.getheader("Content-Range") or "").strip() != wanted:
                 raise KernelError(
                     f"{shown} answered the range from byte {offset} with Content-Range "
-                    f"{net.printable(resp.getheader('Content-Range') or '(none)', 80)}, not the rest of an archive of "
+                    f"{printable(resp.getheader('Content-Range') or '(none)', 80)}, not the rest of an archive of "
                     f"{size} bytes (archive_bytes); refused"
                 )
             if size is not None and declared is not None and declared != size - (offset if ranged else 0):
@@ -472,11 +481,11 @@ class HttpStore:
         with body:
             try:
                 return body.read_capped(limit, name)
-            except net.NetError as exc:
+            except NetError as exc:
                 raise self._failure(self.describe(key, name), exc, body.deadline) from None
 
     def read_manifest(self, key: Key) -> JSON | None:
-        raw = self._read_small(key, MANIFEST_NAME, net.MAX_JSON_BYTES, missing_ok=True)
+        raw = self._read_small(key, MANIFEST_NAME, MAX_JSON_BYTES, missing_ok=True)
         if raw is None:
             return None
         return _json_object(raw, self.describe(key, MANIFEST_NAME), "is store_url a kernel store?")
@@ -498,7 +507,7 @@ class HttpStore:
 
 
 # What makes a holder of a fan-out round fail over to the next one.
-_HOLDER_ERRORS = (KernelError, net.NetError, OSError)
+_HOLDER_ERRORS = (KernelError, NetError, OSError)
 
 
 class Span:
@@ -600,7 +609,7 @@ class HolderChain:
     def _against_pin(self, sha: object, what: str) -> None:
         if self.pinned is not None and sha != self.pinned:
             raise KernelError(
-                f"its {what} names the archive sha256 {net.printable(sha, 80)}, not {self.pinned}, the sha256 the "
+                f"its {what} names the archive sha256 {printable(sha, 80)}, not {self.pinned}, the sha256 the "
                 "plan fixed at the origin (expected_sha256); this holder holds another archive and is refused"
             )
 
@@ -708,7 +717,7 @@ class _ResumingBody:
 
 
 class S3Store:
-    """Entries under ``s3://<bucket>/<prefix>/`` with the path store's layout, through module_utils._s3.
+    """Entries under ``s3://<bucket>/<prefix>/`` with the path store's layout, through module_utils._net.s3.client.
 
     Archives are packed into ``spool`` on the host (a directory with room for one archive) and uploaded from
     there; the manifest is uploaded last and removed first when an entry is replaced.
@@ -757,7 +766,7 @@ class S3Store:
         return raw
 
     def read_manifest(self, key: Key) -> JSON | None:
-        raw = self._read_small(key, MANIFEST_NAME, net.MAX_JSON_BYTES, missing_ok=True)
+        raw = self._read_small(key, MANIFEST_NAME, MAX_JSON_BYTES, missing_ok=True)
         if raw is None:
             return None
         return _json_object(raw, f"{self.describe(key)}{MANIFEST_NAME}", "remove the entry and harvest again")
@@ -773,7 +782,7 @@ class S3Store:
         resp, _start = self._call(
             f"GET {self.describe(key)}{ARCHIVE_NAME}", self.client.open_object, self.bucket, obj, 0, size
         )
-        return _Body(resp, resp.connection_to_close, resp.ttfleet_deadline, net.show_origin(self.client.endpoint))
+        return _Body(resp, resp.connection_to_close, resp.ttfleet_deadline, show_origin(self.client.endpoint))
 
     def siblings(self, key: Key) -> list[Key]:
         base = "/".join(p for p in [self.prefix, key["model_name"], key["mesh"], key["impl_id"]] if p) + "/"

@@ -10,8 +10,12 @@ import os
 import stat
 from typing import TYPE_CHECKING
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _net as net
-from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import content_range_start
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.deadline import Deadline
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.errors import NetError
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.http import content_length, copy_capped, describe
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.limits import DEFAULT_STALL
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.redact import printable
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.client import content_range_start
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
     SafeFileError,
     copy_file,
@@ -50,7 +54,7 @@ if TYPE_CHECKING:
 
 
 NET_ATTEMPTS = 3
-# The floor of one file's overall limit, which grows by a second per MiB (_net.Deadline.for_size); each of the
+# The floor of one file's overall limit, which grows by a second per MiB (_net.deadline.Deadline.for_size); each of the
 # NET_ATTEMPTS attempts has its own.
 TRANSFER_FLOOR = 300.0
 
@@ -120,7 +124,7 @@ def fetch_hf(hub: Hub | S3Files, repo_id: str, sha: str, plan: JSON, progress: P
                     expected = item["sha256"] or f"git blob {item['blob_sha1']}"
                     actual = got["sha256"] if key == "sha256" else f"git blob {got['blob_sha1']}"
                     raise WeightsError(
-                        f"{_name_of(hub)} sent {net.printable(rel)} of {repo_id}@{sha} with the wrong content "
+                        f"{_name_of(hub)} sent {printable(rel)} of {repo_id}@{sha} with the wrong content "
                         f"(expected {expected}, got {actual}, all of it sent by {_name_of(hub)} from byte 0); the "
                         "partial file was removed, run again or use another source"
                     )
@@ -175,14 +179,14 @@ def _download(
     whether some of its bytes were there before the attempt that finished it (a resume: they may be another
     source's, or an earlier attempt's).
 
-    Each attempt is bounded: it writes at most the bytes the listing gives (``_net.copy_capped``), within a
+    Each attempt is bounded: it writes at most the bytes the listing gives (``_net.http.copy_capped``), within a
     deadline (``timeout`` seconds without a byte, and ``TRANSFER_FLOOR`` plus a second per MiB overall). A body
     longer than the listing gives (declared or sent) fails at once, with the partial file removed: nothing beyond
     the listed size is ever written. Any other failed attempt (refused, reset, stalled, too slow, cut short, not
     HTTP) is retried from what the partial file holds, NET_ATTEMPTS times in all."""
     rel, size = item["path"], item["size"]
     url = hub.file_url(repo_id, sha, rel)
-    where, shown = _name_of(hub), net.printable(rel)
+    where, shown = _name_of(hub), printable(rel)
     failure: Exception | str | None = None
     for _attempt in range(NET_ATTEMPTS):
         offset = size_at(dirfd, part) or 0
@@ -195,9 +199,9 @@ def _download(
             if not size:
                 os.close(_open_part(dirfd, part))
             return digests.result(), offset > 0
-        deadline = net.Deadline.for_size(
+        deadline = Deadline.for_size(
             size - offset,
-            stall=getattr(hub, "timeout", None) or net.DEFAULT_STALL,
+            stall=getattr(hub, "timeout", None) or DEFAULT_STALL,
             what=f"the transfer of {shown}",
             floor=TRANSFER_FLOOR,
         )
@@ -211,7 +215,7 @@ def _download(
                     # Every listed byte arrived, then the connection broke: the digest (checked by the caller)
                     # decides.
                     return state["digests"].result(), state["offset"] > 0
-                failure = exc if isinstance(exc, net.NetError) else net.describe(exc, deadline, url)
+                failure = exc if isinstance(exc, NetError) else describe(exc, deadline, url)
                 continue
         declared = state["declared"]
         if state["sent"] > state["expected"] or (declared is not None and declared > state["expected"]):
@@ -250,7 +254,7 @@ def _attempt_download(
     rel, repo_id, sha, size = file
     offset = state["offset"]
     headers = {"Range": f"bytes={offset}-"} if offset else {}
-    what = f"file {net.printable(rel)} at {sha}"
+    what = f"file {printable(rel)} at {sha}"
     with hub.open(url, what, repo_id, headers, deadline=state["deadline"], size=size) as resp:
         status = getattr(resp, "status", 200)
         start = content_range_start(resp.headers.get("Content-Range")) if status == 206 else None
@@ -261,7 +265,7 @@ def _attempt_download(
             state["offset"] = 0
             state["digests"] = Digests(size if state["digests"].sha1 is not None else None)
             state["expected"] = size
-        state["declared"] = net.content_length(resp)
+        state["declared"] = content_length(resp)
         if state["declared"] is not None and state["declared"] > state["expected"]:
             return
         body = _Counted(resp)
@@ -278,7 +282,7 @@ def _attempt_download(
                 progress.advance(len(block), rel)
 
             try:
-                net.copy_capped(body, write, state["expected"], f"file {net.printable(rel)}", url, state["deadline"])
+                copy_capped(body, write, state["expected"], f"file {printable(rel)}", url, state["deadline"])
             finally:
                 state["sent"] = body.count
                 handle.flush()

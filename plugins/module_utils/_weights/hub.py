@@ -16,7 +16,17 @@ import urllib.error
 import urllib.parse
 from typing import TYPE_CHECKING, cast
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _net as net
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.deadline import Deadline
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.errors import NetError, ProxyError
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.http import describe, open_url, read_capped
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.limits import (
+    DEFAULT_STALL,
+    MAX_JSON_BYTES,
+    MAX_LISTED_FILES,
+    MAX_REDIRECTS,
+)
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.redact import printable
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.urls import origin_of, show_origin
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import (
     DEFAULT_ENDPOINT,
     DEFAULT_IGNORE_PATTERNS,
@@ -63,16 +73,16 @@ if TYPE_CHECKING:
 REQUEST_TOTAL = 300.0
 # The overall limit of a whole listing, every page of the tree API included.
 LISTING_TOTAL = 1800.0
-# Pages of one file list (a Hub page holds up to 1000 entries; net.MAX_LISTED_FILES caps the entries).
+# Pages of one file list (a Hub page holds up to 1000 entries; _net.limits.MAX_LISTED_FILES caps the entries).
 MAX_LIST_PAGES = 10000
 # JSON items (commas and opened objects or arrays) a reply may hold per file it can list: a Hub tree entry of an
 # LFS file has about 10, a manifest entry 3. Counted in the raw bytes before json.loads builds anything.
 JSON_ITEMS_PER_FILE = 16
-MAX_JSON_ITEMS = JSON_ITEMS_PER_FILE * (net.MAX_LISTED_FILES + 1) + 1024
+MAX_JSON_ITEMS = JSON_ITEMS_PER_FILE * (MAX_LISTED_FILES + 1) + 1024
 USER_AGENT = "ttfleet.inference/model_weights"
 # Failures of one attempt at a file: retried (NET_ATTEMPTS in all), resuming what was verified.
 RETRYABLE = (
-    net.NetError,
+    NetError,
     urllib.error.URLError,
     http.client.HTTPException,
     ConnectionError,
@@ -93,13 +103,13 @@ class Hub:
     The token is sent only once the repository needs it: requests go out anonymously first and a 401/403 from
     the configured endpoint's origin is retried once with ``Authorization: Bearer``, which is kept from then on.
 
-    Every request goes through ``_net.open_url``: the token only ever reaches the origin (scheme, host, port)
+    Every request goes through ``_net.http.open_url``: the token only ever reaches the origin (scheme, host, port)
     of ``hf_endpoint`` (never a CDN it redirects to, never another page origin, never over http after https),
     redirects go to http(s) only and at most five times, and each request has a deadline: ``timeout``
     seconds without a byte (stall) and an overall limit (``REQUEST_TOTAL`` for an answer, a file's growing with
-    its size). Every JSON answer is capped (``_net.MAX_JSON_BYTES``) and a listing holds at most
-    ``_net.MAX_LISTED_FILES`` entries. Requests honour the proxy environment (``_net.proxy_for``); the token
-    crosses a proxy only inside the TLS tunnel of an https endpoint.
+    its size). Every JSON answer is capped (``_net.limits.MAX_JSON_BYTES``) and a listing holds at most
+    ``_net.limits.MAX_LISTED_FILES`` entries. Requests honour the proxy environment (``_net.proxy.proxy_for``); the
+    token crosses a proxy only inside the TLS tunnel of an https endpoint.
     """
 
     def __init__(
@@ -110,23 +120,23 @@ class Hub:
             raise WeightsError(
                 f"hf_endpoint {scrub(self.endpoint)!r} is not an http(s) URL; use e.g. https://huggingface.co"
             )
-        self.origin = net.origin(self.endpoint)
+        self.origin = origin_of(self.endpoint)
         self.token = token or None
         self.use_token = False
-        self.timeout = float(timeout or net.DEFAULT_STALL)
+        self.timeout = float(timeout or DEFAULT_STALL)
 
     @property
     def name(self) -> str:
         """The source as messages name it."""
         return scrub(self.endpoint)
 
-    def deadline(self, what: str, total: float | None = None) -> net.Deadline:
+    def deadline(self, what: str, total: float | None = None) -> Deadline:
         """The limits of one request: ``timeout`` seconds without a byte, ``total`` (REQUEST_TOTAL) in all."""
-        return net.Deadline(total=REQUEST_TOTAL if total is None else total, stall=self.timeout, what=what)
+        return Deadline(total=REQUEST_TOTAL if total is None else total, stall=self.timeout, what=what)
 
-    def _open_url(self, url: str, deadline: net.Deadline, headers: dict[str, str]) -> Response:
+    def _open_url(self, url: str, deadline: Deadline, headers: dict[str, str]) -> Response:
         credentials = {"Authorization": f"Bearer {self.token}"} if self.use_token else None
-        return net.open_url(
+        return open_url(
             url, deadline, headers=headers, credentials=credentials, credential_origin=self.origin, use_proxy=True
         )
 
@@ -136,11 +146,11 @@ class Hub:
         what: str,
         repo_id: str,
         headers: Mapping[str, str] | None = None,
-        deadline: net.Deadline | None = None,
+        deadline: Deadline | None = None,
         size: int | None = None,
     ) -> Response:
         """Open ``url`` within ``deadline``; HTTP errors become WeightsError naming ``what`` and the fix, a
-        connection that fails, stalls, passes its deadline or breaks the protocol a ``_net.NetError``. ``size``
+        connection that fails, stalls, passes its deadline or breaks the protocol a ``_net.errors.NetError``. ``size``
         (of the whole file) is for sources that need it. Never shows the token."""
         del size
         deadline = deadline or self.deadline(what)
@@ -149,7 +159,7 @@ class Hub:
             try:
                 return self._open_url(url, deadline, send)
             except urllib.error.HTTPError as exc:
-                if exc.code in (401, 403) and self.token and not self.use_token and net.origin(url) == self.origin:
+                if exc.code in (401, 403) and self.token and not self.use_token and origin_of(url) == self.origin:
                     exc.close()
                     self.use_token = True
                     return self._open_url(url, deadline, send)
@@ -160,7 +170,7 @@ class Hub:
             raise WeightsError(scrub(self._http_message(exc.code, detail, what, repo_id), self.token)) from None
 
     def _http_message(self, code: int, detail: str | None, what: str, repo_id: str) -> str:
-        why = f" ({net.printable(detail, 300)})" if detail else ""
+        why = f" ({printable(detail, 300)})" if detail else ""
         if code in (401, 403):
             if self.token:
                 fix = "check that hf_token has access to it (accept the licence on the model page for gated models)"
@@ -175,13 +185,13 @@ class Hub:
         if 300 <= code < 400:
             return (
                 f"{self.name} answered {what} of {repo_id} with a redirect that is not followed (HTTP {code}{why}): "
-                f"to another scheme than http or https, more than {net.MAX_REDIRECTS} times, or in a loop; check "
+                f"to another scheme than http or https, more than {MAX_REDIRECTS} times, or in a loop; check "
                 "hf_endpoint"
             )
         return f"{self.name} answered HTTP {code}{why} for {what} of {repo_id}; retry later or use another hf_endpoint"
 
     def _net_message(self, what: str, repo_id: str, exc: Exception) -> str:
-        if isinstance(exc, net.ProxyError):
+        if isinstance(exc, ProxyError):
             # The proxy failed, not the Hub: its message names the proxy and the fix.
             return f"{what} of {repo_id} from {self.name} failed: {exc}"
         return (
@@ -190,19 +200,19 @@ class Hub:
         )
 
     def get_json(
-        self, url: str, what: str, repo_id: str, deadline: net.Deadline | None = None, max_items: int | None = None
+        self, url: str, what: str, repo_id: str, deadline: Deadline | None = None, max_items: int | None = None
     ) -> tuple[Any, str]:
-        """``(decoded JSON, Link header)`` of ``url``: at most ``_net.MAX_JSON_BYTES`` and ``max_items`` values
+        """``(decoded JSON, Link header)`` of ``url``: at most ``_net.limits.MAX_JSON_BYTES`` and ``max_items`` values
         (counted before decoding), within ``deadline``."""
         deadline = deadline or self.deadline(what)
         if max_items is None:
             max_items = MAX_JSON_ITEMS
         try:
             with self.open(url, what, repo_id, {"Accept": "application/json"}, deadline=deadline) as resp:
-                body = net.read_capped(resp, net.MAX_JSON_BYTES, what, url, deadline)
+                body = read_capped(resp, MAX_JSON_BYTES, what, url, deadline)
                 link = resp.headers.get("Link", "") if resp.headers is not None else ""
         except RETRYABLE as exc:
-            error = exc if isinstance(exc, net.NetError) else net.describe(exc, deadline, url)
+            error = exc if isinstance(exc, NetError) else describe(exc, deadline, url)
             raise WeightsError(scrub(self._net_message(what, repo_id, error), self.token)) from None
         return self._loads(body, what, repo_id, max_items), link
 
@@ -210,7 +220,7 @@ class Hub:
         if json_items(body) > max_items:
             raise WeightsError(
                 f"{self.name} sent {what} of {repo_id} holding more than {max_items} JSON values, more than a "
-                f"listing of at most {net.MAX_LISTED_FILES} files needs; refused before decoding it"
+                f"listing of at most {MAX_LISTED_FILES} files needs; refused before decoding it"
             )
         try:
             return json.loads(body)
@@ -236,7 +246,7 @@ class Hub:
         """Every file entry of the tree API at a commit, following ``Link: rel="next"`` pages on the endpoint's
         origin (a next page elsewhere is refused).
 
-        The pages together hold at most ``_net.MAX_LISTED_FILES`` entries and take at most ``LISTING_TOTAL``
+        The pages together hold at most ``_net.limits.MAX_LISTED_FILES`` entries and take at most ``LISTING_TOTAL``
         seconds; each entry is kept with only the keys ``hf_files`` reads."""
         url = f"{self.endpoint}/api/models/{self._repo_url(repo_id)}/tree/{sha}?recursive=true&expand=false"
         what = f"the file list at {sha}"
@@ -249,15 +259,15 @@ class Hub:
                     f"{self.name} did not send {what} of {repo_id} within {LISTING_TOTAL:.0f} s ({count} entries in "
                     f"{page} pages); retry later or use another hf_endpoint"
                 )
-            left = net.MAX_LISTED_FILES - count
-            deadline = net.Deadline.within(listing, REQUEST_TOTAL, self.timeout, what)
+            left = MAX_LISTED_FILES - count
+            deadline = Deadline.within(listing, REQUEST_TOTAL, self.timeout, what)
             data, link = self.get_json(url, what, repo_id, deadline, JSON_ITEMS_PER_FILE * (left + 1) + 64)
             if not isinstance(data, list):
                 raise WeightsError(f"{self.name} sent a file list of {repo_id} that is not a list")
             count += len(data)
-            if count > net.MAX_LISTED_FILES:
+            if count > MAX_LISTED_FILES:
                 raise WeightsError(
-                    f"{self.name} lists more than {net.MAX_LISTED_FILES} entries for {repo_id}@{sha}; refused (a "
+                    f"{self.name} lists more than {MAX_LISTED_FILES} entries for {repo_id}@{sha}; refused (a "
                     "model has hundreds of files)"
                 )
             entries.extend(_tree_entry(entry) for entry in data if _is_file(entry))
@@ -266,10 +276,10 @@ class Hub:
             if not match:
                 return entries
             following = urllib.parse.urljoin(url, match.group(1).strip())
-            if net.origin(following) != self.origin:
+            if origin_of(following) != self.origin:
                 raise WeightsError(
                     f"{self.name} sent the next page of {what} of {repo_id} at "
-                    f"{net.printable(net.show_origin(following), 200)}, another origin; refused (a Hub pages on its "
+                    f"{printable(show_origin(following), 200)}, another origin; refused (a Hub pages on its "
                     "own origin)"
                 )
             url = following

@@ -14,8 +14,7 @@ import re
 import urllib.parse
 from typing import TYPE_CHECKING
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _net as net
-from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import hide_userinfo
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.redact import hide_userinfo, printable
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
 
 if TYPE_CHECKING:
@@ -115,7 +114,7 @@ def check_relpath(path: Any, origin: str) -> str:
         or path.startswith("/")
         or "\\" in path
         or "\x00" in path
-        or net.printable(path, limit=len(path)) != path
+        or printable(path, limit=len(path)) != path
         or lengths is None
         or sum(lengths) + len(lengths) - 1 > MAX_PATH_BYTES
         or max(lengths) > MAX_NAME_BYTES
@@ -125,7 +124,7 @@ def check_relpath(path: Any, origin: str) -> str:
         or any(part.startswith(TEMP_PREFIX) for part in parts)
     ):
         text = path.encode("utf-8", "backslashreplace").decode("utf-8") if isinstance(path, str) else repr(path)
-        shown = net.printable(text, 200)
+        shown = printable(text, 200)
         reserved = parts and parts[0] in (MANIFEST_NAME, STAGING_NAME)
         raise WeightsError(
             f"{origin} lists an unusable file path '{shown}'; refusing to write it"

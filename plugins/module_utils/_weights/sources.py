@@ -14,8 +14,12 @@ import stat
 import urllib.parse
 from typing import TYPE_CHECKING, cast
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _net as net
-from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Error
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.deadline import Deadline
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.errors import S3Error
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.http import connection, describe
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.limits import MAX_JSON_BYTES, MAX_LISTED_FILES
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.redact import printable
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.urls import origin_of, show_origin
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import SafeFileError, kind_of, open_dir, walk
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.hub import (
@@ -41,7 +45,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import NoReturn
 
-    from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client
+    from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.client import S3Client
     from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import JSON, Patterns
 
 
@@ -134,11 +138,11 @@ def manifest_files(
     got = (manifest.get("repo_id"), manifest.get("revision"))
     if got != (repo_id, revision):
         raise WeightsError(
-            f"{origin} holds {net.printable(got[0], 200)}@{net.printable(got[1], 100)}, not {repo_id}@{revision}; "
+            f"{origin} holds {printable(got[0], 200)}@{printable(got[1], 100)}, not {repo_id}@{revision}; "
             "point it at a copy of that revision"
         )
-    if len(manifest["files"]) > net.MAX_LISTED_FILES:
-        raise WeightsError(f"{origin} lists more than {net.MAX_LISTED_FILES} files in its manifest; refused")
+    if len(manifest["files"]) > MAX_LISTED_FILES:
+        raise WeightsError(f"{origin} lists more than {MAX_LISTED_FILES} files in its manifest; refused")
     by_path = {}
     for path, entry in manifest["files"].items():
         check_relpath(path, origin)
@@ -212,7 +216,7 @@ class S3Files:
         what: str,
         repo_id: str,
         headers: Mapping[str, str] | None = None,
-        deadline: net.Deadline | None = None,
+        deadline: Deadline | None = None,
         size: int | None = None,
     ) -> _ClosingResponse:
         """GET ``key`` (of ``size`` bytes); the client bounds the transfer by its own deadline, sized by the
@@ -237,7 +241,7 @@ class S3Files:
         origin = f"s3://{self.bucket}/{self.base} at {self.client.endpoint}"
         try:
             status, _headers, body = self.client.request(
-                "GET", self.bucket, self.base + MANIFEST_NAME, expect=(200, 404), limit=net.MAX_JSON_BYTES
+                "GET", self.bucket, self.base + MANIFEST_NAME, expect=(200, 404), limit=MAX_JSON_BYTES
             )
             if status == 404:
                 raise WeightsError(
@@ -272,13 +276,13 @@ class PeerFiles(Hub):
     """The weights of a fleet host, served read-only by ``ttfleet.inference.weights_server`` at ``url``.
 
     The path of ``url`` holds the server's 128-bit token, so requests go to the peer's origin only: one
-    connection per request (``_net.connection``, with the same deadlines as the Hub's), no redirect followed,
+    connection per request (``_net.http.connection``, with the same deadlines as the Hub's), no redirect followed,
     and messages name the origin, never the token."""
 
     def __init__(self, url: str | None, timeout: float | None = 60) -> None:
         if not re.match(r"^https?://[^/\s]+/", url or ""):
             raise WeightsError(
-                f"peer_url {scrub(net.printable(url, 200))!r} is not an http(s) URL ending in /; use the url "
+                f"peer_url {scrub(printable(url, 200))!r} is not an http(s) URL ending in /; use the url "
                 "weights_server returns"
             )
         url = cast(str, url)  # None was refused above
@@ -287,7 +291,7 @@ class PeerFiles(Hub):
 
     @property
     def name(self) -> str:
-        return f"peer {net.show_origin(self.base)}"
+        return f"peer {show_origin(self.base)}"
 
     def file_url(self, _repo_id: str, _sha: str, path: str) -> str:
         return self.base + urllib.parse.quote(path, safe="/")
@@ -298,24 +302,24 @@ class PeerFiles(Hub):
         what: str,
         repo_id: str,
         headers: Mapping[str, str] | None = None,
-        deadline: net.Deadline | None = None,
+        deadline: Deadline | None = None,
         size: int | None = None,
     ) -> _ClosingResponse:
         """GET ``url`` on the peer's origin within ``deadline``; anything but 200 or 206 (a redirect included) is
         a WeightsError, a connection that fails, stalls, passes its deadline or breaks the protocol a NetError."""
         del size
         deadline = deadline or self.deadline(what)
-        if net.origin(url) != self.origin:
+        if origin_of(url) != self.origin:
             raise WeightsError(f"{self.name}: {what} of {repo_id} is not on the peer's origin; refused")
         parts = urllib.parse.urlsplit(url)
         target = parts.path + (f"?{parts.query}" if parts.query else "")
-        conn = net.connection(*self.origin, deadline)
+        conn = connection(*self.origin, deadline)
         try:
             conn.request("GET", target, headers={"User-Agent": USER_AGENT, **(headers or {})})
             resp = conn.getresponse()
         except (http.client.HTTPException, OSError, ValueError) as exc:
             conn.close()
-            raise net.describe(exc, deadline, url) from None
+            raise describe(exc, deadline, url) from None
         if resp.status not in (200, 206):
             resp.close()
             conn.close()

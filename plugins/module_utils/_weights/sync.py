@@ -25,9 +25,11 @@ import socket
 import time
 from typing import TYPE_CHECKING, cast
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _net as net
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.errors import NetError, S3Error
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.redact import printable
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.client import S3Client
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.urls import show_origin
 from ansible_collections.ttfleet.inference.plugins.module_utils._progress import Progress
-from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client, S3Error
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
     SafeFileError,
     free_bytes,
@@ -160,7 +162,7 @@ def _manifest_source(
     files = files_at.list(repo_id, revision, allow, ignore)
     check_anchor(options.get("expected_manifest_sha256"), files, repo_id, revision, files_at.name)
     # A peer's URL holds its token: the manifest records the peer's origin only.
-    endpoint = net.show_origin(files_at.base) if source == "peer" else files_at.endpoint
+    endpoint = show_origin(files_at.base) if source == "peer" else files_at.endpoint
     return files_at, revision, files, endpoint, label
 
 
@@ -172,7 +174,7 @@ def check_anchor(expected: str | None, files: Sequence[JSON], repo_id: str, revi
         return
     if not HEX64_RE.match(expected):
         raise WeightsError(
-            f"expected_manifest_sha256 {net.printable(expected, 80)!r} for {repo_id}@{revision} is not a lower-case "
+            f"expected_manifest_sha256 {printable(expected, 80)!r} for {repo_id}@{revision} is not a lower-case "
             "sha256; pass the manifest_sha256 that model_weights returned on a host that read the origin"
         )
     got = manifest_digest(repo_id, revision, files)
@@ -234,8 +236,8 @@ def sync_weights(
 def _peer_origin(url: str | None) -> str:
     """scheme://host:port of a peer URL: its path holds the server's token."""
     try:
-        return net.show_origin(url) if url else ""
-    except (ValueError, net.NetError):
+        return show_origin(url) if url else ""
+    except (ValueError, NetError):
         return ""
 
 

@@ -20,7 +20,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._kernels import 
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import KernelError, cache_path
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.operations import deploy, harvest, inspect
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.stores import HttpStore, PathStore, S3Store
-from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.client import S3Client
 
 pytestmark = pytest.mark.skipif(shutil.which("zstd") is None, reason="needs the zstd program")
 

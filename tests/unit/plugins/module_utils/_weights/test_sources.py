@@ -16,7 +16,7 @@ import pytest
 from conftest import ROOT
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _peer as peer
-from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.client import S3Client
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import free_bytes
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.manifest import (

@@ -87,7 +87,7 @@ def test_url_password_is_masked_whatever_order_the_no_log_values_are_replaced_in
     # "AKID:s3cr3t" would leave ":s3cr3t" readable, unless the password is a no_log value of its own.
     from ansible.module_utils.common.parameters import remove_values
 
-    from ansible_collections.ttfleet.inference.plugins.module_utils._s3_options import mask_url_credentials
+    from ansible_collections.ttfleet.inference.plugins.module_utils._net.redact import mask_url_credentials
 
     module = types.SimpleNamespace(params={"s3_endpoint": "http://AKID:s3cr3t@s3.lab:9000"}, no_log_values={"AKID"})
     assert mask_url_credentials(module, ("s3_endpoint", "peer_url"))

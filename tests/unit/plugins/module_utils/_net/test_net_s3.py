@@ -1,6 +1,6 @@
 # Copyright (c) ttfleet.inference contributors
 # SPDX-License-Identifier: Apache-2.0
-"""_s3.py: SigV4 against the examples of the AWS documentation, then every call against a real SeaweedFS
+"""_net/s3/: SigV4 against the examples of the AWS documentation, then every call against a real SeaweedFS
 S3 gateway (which rejects bad signatures) started on free ports of 127.0.0.1."""
 
 from __future__ import annotations
@@ -14,11 +14,23 @@ import socket
 import threading
 
 import pytest
+from conftest import ROOT
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _s3 as s3
-from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client, S3Error
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.errors import S3Error
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.redact import hide_userinfo
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.client import (
+    S3Client,
+    _open_write,
+    content_range_start,
+)
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.sigv4 import (
+    EMPTY_SHA256,
+    canonical_query,
+    sign_v4,
+    uri_encode,
+)
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.xml import parse_error, parse_list
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # The AWS documentation's example credentials (public, not a secret); the key id is split so that secret
 # scanners do not take the published example for a committed key.
 DOC_ACCESS = "AKIA" + "IOSFODNN7EXAMPLE"
@@ -51,10 +63,10 @@ def test_sigv4_get_object_example():
     headers = {
         "host": "examplebucket.s3.amazonaws.com",
         "range": "bytes=0-9",
-        "x-amz-content-sha256": s3.EMPTY_SHA256,
+        "x-amz-content-sha256": EMPTY_SHA256,
         "x-amz-date": DOC_DATE,
     }
-    auth = s3.sign_v4("GET", "/test.txt", None, headers, s3.EMPTY_SHA256, DOC_ACCESS, DOC_SECRET, "us-east-1", DOC_DATE)
+    auth = sign_v4("GET", "/test.txt", None, headers, EMPTY_SHA256, DOC_ACCESS, DOC_SECRET, "us-east-1", DOC_DATE)
     assert auth.startswith(
         f"AWS4-HMAC-SHA256 Credential={DOC_ACCESS}/20130524/us-east-1/s3/aws4_request, "
         "SignedHeaders=host;range;x-amz-content-sha256;x-amz-date, "
@@ -71,9 +83,9 @@ def test_sigv4_put_object_example():
         "x-amz-storage-class": "REDUCED_REDUNDANCY",
         "x-amz-content-sha256": payload,
     }
-    path = "/" + s3.uri_encode("test$file.text")
+    path = "/" + uri_encode("test$file.text")
     assert path == "/test%24file.text"
-    auth = s3.sign_v4("PUT", path, None, headers, payload, DOC_ACCESS, DOC_SECRET, "us-east-1", DOC_DATE)
+    auth = sign_v4("PUT", path, None, headers, payload, DOC_ACCESS, DOC_SECRET, "us-east-1", DOC_DATE)
     assert _sig(auth) == "98ad721746da40c64f1a55b78f14c238d841ea1380cd77a1b5971af0ece108bd"
 
 
@@ -81,10 +93,10 @@ def test_sigv4_lifecycle_example_empty_query_value():
     headers = {
         "host": "examplebucket.s3.amazonaws.com",
         "x-amz-date": DOC_DATE,
-        "x-amz-content-sha256": s3.EMPTY_SHA256,
+        "x-amz-content-sha256": EMPTY_SHA256,
     }
-    auth = s3.sign_v4(
-        "GET", "/", {"lifecycle": ""}, headers, s3.EMPTY_SHA256, DOC_ACCESS, DOC_SECRET, "us-east-1", DOC_DATE
+    auth = sign_v4(
+        "GET", "/", {"lifecycle": ""}, headers, EMPTY_SHA256, DOC_ACCESS, DOC_SECRET, "us-east-1", DOC_DATE
     )
     assert _sig(auth) == "fea454ca298b7da1c68078a5d1bdbfbbe0d65c699e0f91ac7a200a0136783543"
 
@@ -93,11 +105,11 @@ def test_sigv4_list_objects_example_sorted_query():
     headers = {
         "host": "examplebucket.s3.amazonaws.com",
         "x-amz-date": DOC_DATE,
-        "x-amz-content-sha256": s3.EMPTY_SHA256,
+        "x-amz-content-sha256": EMPTY_SHA256,
     }
     query = {"prefix": "J", "max-keys": "2"}
-    assert s3.canonical_query(query) == "max-keys=2&prefix=J"
-    auth = s3.sign_v4("GET", "/", query, headers, s3.EMPTY_SHA256, DOC_ACCESS, DOC_SECRET, "us-east-1", DOC_DATE)
+    assert canonical_query(query) == "max-keys=2&prefix=J"
+    auth = sign_v4("GET", "/", query, headers, EMPTY_SHA256, DOC_ACCESS, DOC_SECRET, "us-east-1", DOC_DATE)
     assert _sig(auth) == "34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db6670ed5711ef69dc6f7"
 
 
@@ -106,7 +118,7 @@ def test_sigv4_list_objects_example_sorted_query():
     [("a b/c+d", "a%20b/c%2Bd"), ("x~y_z-.q", "x~y_z-.q"), ("é/=", "%C3%A9/%3D")],
 )
 def test_uri_encode_keys(key, encoded):
-    assert s3.uri_encode(key) == encoded
+    assert uri_encode(key) == encoded
 
 
 def test_parse_list_pages_and_errors():
@@ -115,17 +127,17 @@ def test_parse_list_pages_and_errors():
         b"<IsTruncated>true</IsTruncated><NextContinuationToken>tok/1=</NextContinuationToken>"
         b'<Contents><Key>a/b</Key><Size>12</Size><ETag>"e1"</ETag></Contents></ListBucketResult>'
     )
-    objects, token = s3.parse_list(page)
+    objects, token = parse_list(page)
     assert objects == [{"key": "a/b", "size": 12, "etag": "e1", "last_modified": None}]
     assert token == "tok/1="
     with pytest.raises(S3Error, match="NextContinuationToken"):
-        s3.parse_list(b"<ListBucketResult><IsTruncated>true</IsTruncated></ListBucketResult>")
+        parse_list(b"<ListBucketResult><IsTruncated>true</IsTruncated></ListBucketResult>")
     # A broken or hostile endpoint's entry without a key is a clear error, not a TypeError in the callers.
     for entry in (b"<Contents><Size>1</Size></Contents>", b"<Contents><Key></Key><Size>1</Size></Contents>"):
         with pytest.raises(S3Error, match="entry without a Key"):
-            s3.parse_list(b"<ListBucketResult>" + entry + b"</ListBucketResult>")
-    assert s3.parse_error(b"<Error><Code>NoSuchKey</Code><Message>gone</Message></Error>") == ("NoSuchKey", "gone")
-    assert s3.parse_error(b"not xml") == (None, None)
+            parse_list(b"<ListBucketResult>" + entry + b"</ListBucketResult>")
+    assert parse_error(b"<Error><Code>NoSuchKey</Code><Message>gone</Message></Error>") == ("NoSuchKey", "gone")
+    assert parse_error(b"not xml") == (None, None)
 
 
 @pytest.mark.parametrize(
@@ -156,7 +168,7 @@ def test_signed_request_pins_clock():
         return datetime.datetime(2013, 5, 24, tzinfo=datetime.timezone.utc)
 
     client = S3Client("https://examplebucket.s3.amazonaws.com", DOC_ACCESS, DOC_SECRET, clock=clock)
-    headers = client._signed_headers("GET", "/test.txt", None, {"Range": "bytes=0-9"}, s3.EMPTY_SHA256)
+    headers = client._signed_headers("GET", "/test.txt", None, {"Range": "bytes=0-9"}, EMPTY_SHA256)
     # Range is sent but not signed; the signed set is host, date and payload hash.
     assert headers["Range"] == "bytes=0-9"
     assert "SignedHeaders=host;x-amz-content-sha256;x-amz-date," in headers["Authorization"]
@@ -314,12 +326,12 @@ def test_connection_refused_is_an_s3_error():
     ],
 )
 def test_content_range_start(value, start):
-    assert s3.content_range_start(value) == start
+    assert content_range_start(value) == start
 
 
 def test_userinfo_is_hidden_in_any_url():
     text = "GET http://user:p@ss@s3.lab:9000/b/k and https://tok@hub.lab/x, not mail@example.net"
-    assert s3.hide_userinfo(text) == (
+    assert hide_userinfo(text) == (
         "GET http://********@s3.lab:9000/b/k and https://********@hub.lab/x, not mail@example.net"
     )
     with pytest.raises(S3Error) as err:
@@ -339,5 +351,5 @@ def test_transfers_refuse_links_and_special_files(tmp_path):
         with pytest.raises(S3Error, match="cannot upload"):
             client.upload_file("b", "k", str(tmp_path / name))
         with pytest.raises(S3Error, match="cannot write"):
-            s3._open_write(str(tmp_path / name), keep=False)
+            _open_write(str(tmp_path / name), keep=False)
     assert victim.read_bytes() == b"root only"

@@ -26,13 +26,14 @@ import uuid
 
 import pytest
 import yaml
-from conftest import patch_module_args
+from conftest import ROOT, patch_module_args
 from unit_helpers import KEY, warm_cache
 
 from ansible_collections.ttfleet.inference.plugins.doc_fragments import weights_source
-from ansible_collections.ttfleet.inference.plugins.module_utils import _s3 as s3
-from ansible_collections.ttfleet.inference.plugins.module_utils._s3 import S3Client, S3Error
-from ansible_collections.ttfleet.inference.plugins.module_utils._s3_options import S3_OPTIONS
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.errors import S3Error
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.client import S3Client
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.options import S3_OPTIONS
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.sigv4 import sign_v4
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.manifest import build_manifest, identity_of
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import WeightsError
@@ -42,7 +43,6 @@ from ansible_collections.ttfleet.inference.plugins.modules import kernel_cache a
 from ansible_collections.ttfleet.inference.plugins.modules import model_weights as model_weights_module
 from ansible_collections.ttfleet.inference.plugins.plugin_utils import progress_action
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROLE = os.path.join(ROOT, "roles", "model_cache")
 
 # Temporary credentials are shaped like STS's (an ASIA key id, a base64 token with / + =), assembled at run
@@ -120,7 +120,7 @@ def test_the_verifier_and_the_client_match_the_aws_sts_test_vector():
         expected_signature("POST", "/", headers, signed, EMPTY, SUITE_SECRET, "us-east-1", SUITE_DATE, "service")
         == SUITE_SIGNATURE
     )
-    auth = s3.sign_v4(
+    auth = sign_v4(
         "POST",
         "/",
         None,

@@ -1,4 +1,4 @@
-"""The proxy rule of module_utils._net (proxy_for, bypasses, Proxy), compared with urllib's own reading of the
+"""The proxy rule of module_utils._net.proxy (proxy_for, bypasses, Proxy), compared with urllib's own reading of the
 environment (getproxies_environment, proxy_bypass_environment) wherever the two agree, and the cases where ours
 goes further (CIDR, IP addresses, host:port with the default port, ``*`` in a list) named as such."""
 
@@ -9,7 +9,15 @@ import urllib.request
 import pytest
 from conftest import patch_module_args
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _net as net
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.deadline import Deadline
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.errors import ProxyError
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.http import connection
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.proxy import (
+    PROXY_OPTIONS,
+    apply_proxy_env,
+    proxy_for,
+)
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.redact import mask_proxy
 
 # (url, NO_PROXY value, bypassed?, does urllib decide the same?)
 BYPASS = [
@@ -45,7 +53,7 @@ BYPASS = [
 @pytest.mark.parametrize(("url", "no_proxy", "bypassed", "urllib_agrees"), BYPASS)
 def test_no_proxy_entries(url, no_proxy, bypassed, urllib_agrees):
     environ = {"HTTPS_PROXY": "http://proxy:3128", "HTTP_PROXY": "http://proxy:3128", "NO_PROXY": no_proxy}
-    assert (net.proxy_for(url, environ) is None) is bypassed
+    assert (proxy_for(url, environ) is None) is bypassed
     host = urllib.request.Request(url).host
     theirs = bool(urllib.request.proxy_bypass_environment(host, {"no": no_proxy}))
     assert (theirs == bypassed) is urllib_agrees, (theirs, bypassed)
@@ -71,7 +79,7 @@ CHOICE = [
 
 @pytest.mark.parametrize(("environ", "url", "chosen"), CHOICE)
 def test_which_proxy(monkeypatch, environ, url, chosen):
-    proxy = net.proxy_for(url, environ)
+    proxy = proxy_for(url, environ)
     assert (None if proxy is None else f"{proxy.host}:{proxy.port}") == chosen
     # urllib reads only the process environment: give it the same one.
     for name in list(os.environ):
@@ -94,17 +102,17 @@ def environ_value(environ, scheme):
 def test_the_process_environment_is_the_default(monkeypatch):
     for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "no_proxy", "NO_PROXY"):
         monkeypatch.delenv(name, raising=False)
-    assert net.proxy_for("https://h.example/") is None
+    assert proxy_for("https://h.example/") is None
     monkeypatch.setenv("HTTPS_PROXY", "http://from-env:3128")
-    assert net.proxy_for("https://h.example/").host == "from-env"
+    assert proxy_for("https://h.example/").host == "from-env"
 
 
 def test_proxy_credentials_become_a_header_and_are_masked_everywhere():
-    proxy = net.proxy_for("https://h.example/", {"HTTPS_PROXY": "http://us%40er:p%3Ass-w0rd@proxy:3128/"})
+    proxy = proxy_for("https://h.example/", {"HTTPS_PROXY": "http://us%40er:p%3Ass-w0rd@proxy:3128/"})
     assert proxy.headers() == {"Proxy-Authorization": "Basic " + base64.b64encode(b"us@er:p:ss-w0rd").decode()}
     assert proxy.shown == "http://us%40er:***@proxy:3128/"
     assert "w0rd" not in repr(proxy) + proxy.shown
-    assert net.proxy_for("https://h.example/", {"HTTPS_PROXY": "http://proxy:3128"}).headers() == {}
+    assert proxy_for("https://h.example/", {"HTTPS_PROXY": "http://proxy:3128"}).headers() == {}
 
 
 @pytest.mark.parametrize(
@@ -117,8 +125,8 @@ def test_proxy_credentials_become_a_header_and_are_masked_everywhere():
     ],
 )
 def test_an_unusable_proxy_is_refused_naming_the_variable_not_the_password(value, expected):
-    with pytest.raises(net.ProxyError) as err:
-        net.proxy_for("https://h.example/", {"https_proxy": value})
+    with pytest.raises(ProxyError) as err:
+        proxy_for("https://h.example/", {"https_proxy": value})
     text = str(err.value)
     assert expected in text
     assert "https_proxy is " in text
@@ -128,7 +136,7 @@ def test_an_unusable_proxy_is_refused_naming_the_variable_not_the_password(value
 
 
 def test_an_unusable_proxy_of_another_scheme_is_not_read():
-    assert net.proxy_for("https://h.example/", {"HTTP_PROXY": "socks5://x:1"}) is None
+    assert proxy_for("https://h.example/", {"HTTP_PROXY": "socks5://x:1"}) is None
 
 
 @pytest.mark.parametrize(
@@ -142,7 +150,7 @@ def test_an_unusable_proxy_of_another_scheme_is_not_read():
     ],
 )
 def test_mask_proxy(value, shown):
-    assert net.mask_proxy(value) == shown
+    assert mask_proxy(value) == shown
 
 
 def test_peers_and_instance_ports_stay_direct_unless_told(monkeypatch):
@@ -150,12 +158,12 @@ def test_peers_and_instance_ports_stay_direct_unless_told(monkeypatch):
     monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
     monkeypatch.delenv("NO_PROXY", raising=False)
     monkeypatch.delenv("no_proxy", raising=False)
-    deadline = net.Deadline(total=5, stall=5)
-    direct = net.connection("http", "10.0.0.5", 8765, deadline)
+    deadline = Deadline(total=5, stall=5)
+    direct = connection("http", "10.0.0.5", 8765, deadline)
     assert (direct.host, direct.port, direct.ttfleet_proxy) == ("10.0.0.5", 8765, None)
-    proxied = net.connection("http", "10.0.0.5", 8765, deadline, use_proxy=True)
+    proxied = connection("http", "10.0.0.5", 8765, deadline, use_proxy=True)
     assert (proxied.host, proxied.port, proxied.ttfleet_absolute) == ("127.0.0.1", 9, "http://10.0.0.5:8765")
-    tunnelled = net.connection("https", "hub.example", None, deadline, use_proxy=True)
+    tunnelled = connection("https", "hub.example", None, deadline, use_proxy=True)
     assert (tunnelled.host, tunnelled.port) == ("127.0.0.1", 9)
     assert (tunnelled._tunnel_host, tunnelled._tunnel_port) == ("hub.example", 443)
     assert tunnelled.ttfleet_absolute is None
@@ -172,24 +180,24 @@ def test_the_proxy_env_option_reaches_the_environment_with_its_password_masked(m
     secret = "opt-" + "Secret77"
     value = {"https_proxy": f"http://ops:{secret}@proxy.site:3128", "NO_PROXY": ".site,10.0.0.0/8"}
     with patch_module_args({"proxy_env": value}):
-        module = AnsibleModule(argument_spec=dict(net.PROXY_OPTIONS))
-    net.apply_proxy_env(module)
+        module = AnsibleModule(argument_spec=dict(PROXY_OPTIONS))
+    apply_proxy_env(module)
     assert secret in module.no_log_values and f"ops:{secret}" in module.no_log_values
     assert ".site,10.0.0.0/8" not in module.no_log_values
-    assert net.proxy_for("https://hub.example/").host == "proxy.site"
-    assert net.proxy_for("https://a.site/") is None and net.proxy_for("https://10.1.1.1/") is None
+    assert proxy_for("https://hub.example/").host == "proxy.site"
+    assert proxy_for("https://a.site/") is None and proxy_for("https://10.1.1.1/") is None
 
 
 def test_the_proxy_env_option_takes_proxy_variables_only(monkeypatch):
     from ansible.module_utils.basic import AnsibleModule
 
     with patch_module_args({"proxy_env": {"LD_PRELOAD": "/tmp/x.so"}}):
-        module = AnsibleModule(argument_spec=dict(net.PROXY_OPTIONS))
+        module = AnsibleModule(argument_spec=dict(PROXY_OPTIONS))
 
     def fail_json(msg):
         raise AssertionError(msg)
 
     monkeypatch.setattr(module, "fail_json", fail_json)
     with pytest.raises(AssertionError, match="proxy_env holds 'LD_PRELOAD', which is not a proxy variable"):
-        net.apply_proxy_env(module)
+        apply_proxy_env(module)
     assert "LD_PRELOAD" not in os.environ or os.environ["LD_PRELOAD"] != "/tmp/x.so"
