@@ -6,7 +6,7 @@ the shared disk is not what limits), shapes each container's egress with a token
 --rate, default 200mbit), publishes a generated model (--model-mb) with its manifest in a real SeaweedFS bucket
 on the docker gateway behind tests/tools/counting_proxy.py, and runs the role's schedule
 (plugins/module_utils/_fanout.py): the seed fetches from the bucket, then round by round every holder starts its
-weights_server (plugins/module_utils/_peer.py) and the round's pullers pull from their holder at the same time, with
+weights_server (plugins/module_utils/_peer/) and the round's pullers pull from their holder at the same time, with
 plugins/module_utils/_weights/ inside the containers (what the model_weights module runs). A round starts when the
 previous one ended, as the role's rounds do. It prints and writes to bench/results/model_cache_fanout.json:
 
@@ -52,7 +52,7 @@ DEST = "/var/lib/tt-cache/volume_id_bench/weights/Fanout-Model"
 IN_HOST = r"""
 import json, os, sys, time
 sys.path.insert(0, "/opt/bench")
-from ansible_collections.ttfleet.inference.plugins.module_utils import _peer
+from ansible_collections.ttfleet.inference.plugins.module_utils._peer import daemon as _peer
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.hashing import hash_files
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.sync import sync_weights
 opts = json.loads(sys.argv[2])

@@ -247,7 +247,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._facts import gather
+from ansible_collections.ttfleet.inference.plugins.module_utils._host.facts import gather
 
 
 def main() -> None:

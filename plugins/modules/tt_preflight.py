@@ -254,15 +254,15 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._preflight import (
+from ansible_collections.ttfleet.inference.plugins.module_utils._host.pep440 import SpecifierError
+from ansible_collections.ttfleet.inference.plugins.module_utils._host.preflight import (
     PreflightError,
-    SpecifierError,
     check_levels,
     evaluate,
-    model_summaries,
     present_models,
     unwrap_facts,
 )
+from ansible_collections.ttfleet.inference.plugins.module_utils._plan.preflight import model_summaries
 from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
     SPEC_SOURCE_OPTIONS,
     SpecError,

@@ -184,16 +184,10 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._peer import (
-    KINDS,
-    Catalog,
-    PeerError,
-    alive,
-    default_address,
-    read_state,
-    start_server,
-    stop_server,
-)
+from ansible_collections.ttfleet.inference.plugins.module_utils._peer.catalog import KINDS, Catalog
+from ansible_collections.ttfleet.inference.plugins.module_utils._peer.daemon import start_server, stop_server
+from ansible_collections.ttfleet.inference.plugins.module_utils._peer.errors import PeerError
+from ansible_collections.ttfleet.inference.plugins.module_utils._peer.state import alive, default_address, read_state
 
 
 def _exit_running(module: AnsibleModule, state: dict[str, Any], changed: bool) -> None:

@@ -7,7 +7,7 @@ plugins/action/kernel_cache.py are thin subclasses of it (``PROGRESS_NAME``, ``_
 
 A weights transfer can take an hour. The module runs as an async job on the host; while it runs the plugin
 polls the job (``ansible.legacy.async_status``) and, every ``ttfleet_progress_interval`` seconds (25 when the
-variable is not set), reads the module's status file (module_utils._progress) and prints bytes done/total, rate and
+variable is not set), reads the module's status file (module_utils._host.progress) and prints bytes done/total, rate and
 ETA through Ansible's display. The result is the module's own, as if it had run synchronously; the job file and the
 status file it created are removed at the end.
 

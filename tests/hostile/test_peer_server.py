@@ -1,11 +1,11 @@
-"""The peer server (plugins/module_utils/_peer.py, module weights_server) against hostile clients: the real detached
+"""The peer server (plugins/module_utils/_peer/, module weights_server) against hostile clients: the real detached
 daemon, started by a child process whose open-file limit is 64 (the limit it inherits), flooded with connections that
 never send a byte, with heads dripped a byte a second, with a client that stops reading mid-file. A peer with the
 token must still get its files within seconds, the daemon must not spin, and what was held stays held: the 128-bit
 path token, traversal answered 404, sane ranges, 200 slow clients served, exit on time.
 
-Small timeouts are set through the module constants of ``_peer`` in the child that starts the daemon (the daemon is
-forked from it and inherits them); the flood test runs the shipped defaults."""
+Small timeouts are set through the module constants of ``_peer.gate`` in the child that starts the daemon (the daemon
+is forked from it and inherits them); the flood test runs the shipped defaults."""
 
 from __future__ import annotations
 
@@ -25,29 +25,38 @@ import time
 import pytest
 from conftest import COLLECTIONS, ROOT, SLACK, limit_nofile
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _peer as peer
+from ansible_collections.ttfleet.inference.plugins.module_utils._peer.daemon import stop_server
+from ansible_collections.ttfleet.inference.plugins.module_utils._peer.gate import (
+    FD_RESERVE,
+    FDS_PER_CONNECTION,
+    MAX_HEAD_BYTES,
+    Gate,
+)
+from ansible_collections.ttfleet.inference.plugins.module_utils._peer.state import alive
 
 sys.path.append(os.path.join(ROOT, "tests", "unit"))
-from test_peer import _weights_dir  # the weights directory of the unit tests of the peer server
+sys.path.append(os.path.join(ROOT, "tests", "unit", "plugins", "module_utils", "_peer"))
+from test_peer_daemon import _weights_dir  # the weights directory of the unit tests of the peer server
 
 MIB = 1 << 20
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 _START = """
 import json, sys
-from ansible_collections.ttfleet.inference.plugins.module_utils import _peer as peer
+from ansible_collections.ttfleet.inference.plugins.module_utils._peer import gate
+from ansible_collections.ttfleet.inference.plugins.module_utils._peer.daemon import start_server
 constants, root, run_dir, name, ttl = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
 for key, value in constants.items():
-    assert hasattr(peer, key), key
-    setattr(peer, key, value)
-print(json.dumps(peer.start_server(root, "127.0.0.1", 0, ttl=ttl, run_dir=run_dir, name=name)))
+    assert hasattr(gate, key), key
+    setattr(gate, key, value)
+print(json.dumps(start_server(root, "127.0.0.1", 0, ttl=ttl, run_dir=run_dir, name=name)))
 """
 
 
 @pytest.fixture
 def daemon(tmp_path):
     """``daemon(root, nofile=64, ttl=60, **constants)`` starts the real peer server from a child process whose
-    RLIMIT_NOFILE is ``nofile`` (soft and hard), with ``constants`` of ``_peer`` set; returns its state."""
+    RLIMIT_NOFILE is ``nofile`` (soft and hard), with ``constants`` of ``_peer.gate`` set; returns its state."""
     started = []
 
     def start(root, nofile=64, ttl=60, **constants):
@@ -69,7 +78,7 @@ def daemon(tmp_path):
 
     yield start
     for run_dir, name in started:
-        peer.stop_server(run_dir, name)
+        stop_server(run_dir, name)
 
 
 @pytest.fixture
@@ -189,7 +198,7 @@ def test_idle_and_dripping_connections_do_not_lock_peers_out(daemon, files):
         f"{held} connections held"
     )
     # The cap from the limit: two descriptors a connection beside the reserve.
-    assert held <= (64 - peer.FD_RESERVE) // peer.FDS_PER_CONNECTION, held
+    assert held <= (64 - FD_RESERVE) // FDS_PER_CONNECTION, held
     # A spinning accept loop burns a whole core (about 5 s here); serving the peer's 1 MiB files takes little.
     assert cpu < 0.5 * wall / 5, cpu
     # Served again and again through the flood (ten times on an idle machine, fewer when it is loaded).
@@ -289,7 +298,7 @@ def test_accept_errors_back_off_and_never_spin(code):
     listener.bind(("127.0.0.1", 0))
     listener.listen(8)
     client = socket.create_connection(listener.getsockname(), timeout=5)
-    gate = peer.Gate(listener, handler=None, cap=10)
+    gate = Gate(listener, handler=None, cap=10)
     cpu, began = time.process_time(), time.monotonic()
     try:
         gate.run(threading.Event(), time.monotonic() + 2)
@@ -335,7 +344,7 @@ def test_idle_header_and_head_size_limits(daemon, files):
     assert closed is not None and header_timeout - 0.5 < closed < header_timeout + SLACK, (closed, sent)
     # A head that never ends within MAX_HEAD_BYTES: answered 431 and closed at once.
     (big,) = connect(state, 1)
-    big.sendall(b"GET / HTTP/1.1\r\nX-Pad: " + b"a" * (peer.MAX_HEAD_BYTES + 10))
+    big.sendall(b"GET / HTTP/1.1\r\nX-Pad: " + b"a" * (MAX_HEAD_BYTES + 10))
     big.settimeout(5)
     assert big.recv(100).startswith(b"HTTP/1.1 431 ")
     assert closed_within(big, 5) is not None
@@ -453,9 +462,9 @@ def test_exits_on_time_under_a_flood(daemon, files):
     sock.sendall(f"GET /{state['token']}/big.bin HTTP/1.1\r\nHost: x\r\n\r\n".encode())  # and never read
     try:
         deadline = time.monotonic() + 30
-        while peer.alive(state) and time.monotonic() < deadline:
+        while alive(state) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not peer.alive(state), "the daemon outlived its ttl"
+        assert not alive(state), "the daemon outlived its ttl"
         assert time.time() - state["expires"] < SLACK
         with pytest.raises(OSError):
             socket.create_connection(("127.0.0.1", state["port"]), timeout=2).close()

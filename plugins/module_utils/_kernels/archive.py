@@ -36,9 +36,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from typing import IO, Any, Protocol, TypedDict
 
+    from ansible_collections.ttfleet.inference.plugins.module_utils._host.progress import Progress
     from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import Owner
     from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.scan import Scan
-    from ansible_collections.ttfleet.inference.plugins.module_utils._progress import Progress
 
     class Unpacked(TypedDict):
         """What unpack returns."""

@@ -19,6 +19,7 @@ import time
 import urllib.error
 from typing import TYPE_CHECKING, cast
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._host.progress import Progress
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.archive import find_zstd, pack, unpack
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import (
     ARCHIVE_NAME,
@@ -59,7 +60,6 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._net.deadline im
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.errors import NetError
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.http import open_url
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.redact import hide_userinfo, printable
-from ansible_collections.ttfleet.inference.plugins.module_utils._progress import Progress
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
     TEMP_PREFIX,
     SafeFileError,

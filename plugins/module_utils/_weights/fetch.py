@@ -47,7 +47,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._weights.staging
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from ansible_collections.ttfleet.inference.plugins.module_utils._progress import Progress
+    from ansible_collections.ttfleet.inference.plugins.module_utils._host.progress import Progress
     from ansible_collections.ttfleet.inference.plugins.module_utils._weights.hub import Hub, Response
     from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import JSON, Owner
     from ansible_collections.ttfleet.inference.plugins.module_utils._weights.sources import S3Files

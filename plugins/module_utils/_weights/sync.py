@@ -25,11 +25,11 @@ import socket
 import time
 from typing import TYPE_CHECKING, cast
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._host.progress import Progress
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.errors import NetError, S3Error
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.redact import printable
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.client import S3Client
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.urls import show_origin
-from ansible_collections.ttfleet.inference.plugins.module_utils._progress import Progress
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
     SafeFileError,
     free_bytes,
@@ -77,7 +77,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import TypeVar
 
-    from ansible_collections.ttfleet.inference.plugins.module_utils._progress import ProgressCallback
+    from ansible_collections.ttfleet.inference.plugins.module_utils._host.progress import ProgressCallback
     from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import JSON, Owner, Patterns
 
     _T = TypeVar("_T")

@@ -11,7 +11,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.ttfleet.inference.plugins.filter.weights import weights_anchors, weights_server_name
 from ansible_collections.ttfleet.inference.plugins.module_utils._fanout import anchors, server_name
-from ansible_collections.ttfleet.inference.plugins.module_utils._peer import state_path
+from ansible_collections.ttfleet.inference.plugins.module_utils._peer.state import state_path
 
 REV = "a" * 40
 GOOD, BAD = "1" * 64, "2" * 64

@@ -11,9 +11,10 @@ import pytest
 import yaml
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _container as container_utils
-from ansible_collections.ttfleet.inference.plugins.module_utils import _preflight as preflight
 from ansible_collections.ttfleet.inference.plugins.module_utils import _spec as spec_utils
+from ansible_collections.ttfleet.inference.plugins.module_utils._host import preflight
 from ansible_collections.ttfleet.inference.plugins.module_utils._packages import ProfileError, expand_entries
+from ansible_collections.ttfleet.inference.plugins.module_utils._plan.preflight import model_summaries
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "fixtures")
 V20 = os.path.join(FIXTURES, "specs", "release_model_spec-v0.20.0.json.gz")
@@ -168,7 +169,7 @@ def facts_with(types):
 
 def summaries(v20, tmp_path):
     (item,) = expand(entry())
-    found = preflight.model_summaries(v20, [item], "p150x2", str(tmp_path))[0]
+    found = model_summaries(v20, [item], "p150x2", str(tmp_path))[0]
     return found
 
 
@@ -193,7 +194,7 @@ def test_preflight_refuses_other_boards_naming_both(v20, tmp_path):
 def test_preflight_without_declared_boards_keeps_the_device_rule(v20, tmp_path):
     (item,) = expand(entry())
     item.pop("boards")
-    found = preflight.model_summaries(v20, [item], "p150x2", str(tmp_path))[0]
+    found = model_summaries(v20, [item], "p150x2", str(tmp_path))[0]
     levels = {name: "skip" for name in preflight.CHECK_NAMES}
     levels["device_type"] = "fail"
     result = preflight.evaluate(facts_with(["p150", "p150"]), found, levels, host="h", declared_device="p150x2")

@@ -15,8 +15,10 @@ import urllib.request
 import pytest
 from conftest import ROOT
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _peer as peer
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.client import S3Client
+from ansible_collections.ttfleet.inference.plugins.module_utils._peer.daemon import start_server, stop_server
+from ansible_collections.ttfleet.inference.plugins.module_utils._peer.errors import PeerError
+from ansible_collections.ttfleet.inference.plugins.module_utils._peer.state import alive, state_path
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import free_bytes
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.manifest import (
@@ -250,9 +252,9 @@ def holder(bucket, tmp_path):
     dest = tmp_path / "holder" / "weights" / "Tiny"
     sync_weights(_s3_opts(bucket, dest))
     run_dir = tmp_path / "run"
-    state = peer.start_server(str(dest), "127.0.0.1", 0, ttl=120, run_dir=str(run_dir), name="Tiny")
+    state = start_server(str(dest), "127.0.0.1", 0, ttl=120, run_dir=str(run_dir), name="Tiny")
     yield {"dest": dest, "state": state, "run_dir": str(run_dir)}
-    peer.stop_server(str(run_dir), "Tiny")
+    stop_server(str(run_dir), "Tiny")
 
 
 def _peer_opts(holder, dest, **extra):
@@ -279,12 +281,12 @@ def test_peer_pull_counts_served_bytes(bucket, holder, tmp_path):
     assert result["fetched_bytes"] == total
     manifest = _assert_dest(dest, expected)
     assert manifest["source"] == "peer"
-    assert peer.alive(holder["state"])
-    running, served = peer.stop_server(holder["run_dir"], "Tiny")
+    assert alive(holder["state"])
+    running, served = stop_server(holder["run_dir"], "Tiny")
     manifest_size = (holder["dest"] / MANIFEST_NAME).stat().st_size
     assert running and served == total + manifest_size
-    assert not peer.alive(holder["state"])
-    assert peer.stop_server(holder["run_dir"], "Tiny") == (False, 0)
+    assert not alive(holder["state"])
+    assert stop_server(holder["run_dir"], "Tiny") == (False, 0)
 
 
 def test_peer_resume_and_wrong_revision(holder, tmp_path):
@@ -316,7 +318,7 @@ def test_peer_serves_only_manifest_files(holder):
 
 def test_peer_refuses_directory_without_manifest(tmp_path):
     (tmp_path / "w").mkdir()
-    with pytest.raises(peer.PeerError, match=r"no readable \.ttfleet-manifest\.json"):
-        peer.start_server(str(tmp_path / "w"), "127.0.0.1", run_dir=str(tmp_path / "run"), name="x")
-    with pytest.raises(peer.PeerError, match="name"):
-        peer.state_path(str(tmp_path), "../x")
+    with pytest.raises(PeerError, match=r"no readable \.ttfleet-manifest\.json"):
+        start_server(str(tmp_path / "w"), "127.0.0.1", run_dir=str(tmp_path / "run"), name="x")
+    with pytest.raises(PeerError, match="name"):
+        state_path(str(tmp_path), "../x")

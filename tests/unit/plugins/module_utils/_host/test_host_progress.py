@@ -1,13 +1,13 @@
 # Copyright (c) ttfleet.inference contributors
 # SPDX-License-Identifier: Apache-2.0
-"""The status file of module_utils._progress."""
+"""The status file of module_utils._host.progress."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._progress import Progress
+from ansible_collections.ttfleet.inference.plugins.module_utils._host.progress import Progress
 
 
 def test_progress_status_file(tmp_path):

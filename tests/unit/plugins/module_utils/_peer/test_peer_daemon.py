@@ -1,6 +1,6 @@
 # Copyright (c) ttfleet.inference contributors
 # SPDX-License-Identifier: Apache-2.0
-"""The peer server (plugins/module_utils/_peer.py) as a real detached daemon on 127.0.0.1: files pinned at start,
+"""The peer server (plugins/module_utils/_peer/) as a real detached daemon on 127.0.0.1: files pinned at start,
 a swap race against it, FIFOs, the kernels kind read by the kernel_cache HTTP store."""
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import urllib.request
 import pytest
 from unit_helpers import KEY, opts, tree, warm_cache
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _peer as peer
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import (
     ARCHIVE_NAME,
     SHA_NAME,
@@ -29,6 +28,9 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys im
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.operations import deploy, harvest
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.stores import HttpStore, PathStore
+from ansible_collections.ttfleet.inference.plugins.module_utils._peer.catalog import Catalog
+from ansible_collections.ttfleet.inference.plugins.module_utils._peer.daemon import start_server, stop_server
+from ansible_collections.ttfleet.inference.plugins.module_utils._peer.errors import PeerError
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
 
 SECRET = b"ROOT-ONLY-SECRET-" * 4096
@@ -74,13 +76,13 @@ def served(tmp_path):
 
     def start(directory, kind="weights", name="t"):
         run_dir = str(tmp_path / "run")
-        state = peer.start_server(str(directory), "127.0.0.1", 0, ttl=60, run_dir=run_dir, name=name, kind=kind)
+        state = start_server(str(directory), "127.0.0.1", 0, ttl=60, run_dir=run_dir, name=name, kind=kind)
         started.append((run_dir, name))
         return state
 
     yield start
     for run_dir, name in started:
-        peer.stop_server(run_dir, name)
+        stop_server(run_dir, name)
 
 
 def test_swap_race_serves_no_outside_byte(tmp_path, outside, served):
@@ -134,8 +136,8 @@ def test_a_fifo_manifest_fails_fast(tmp_path):
 
     def start():
         try:
-            peer.start_server(str(root), "127.0.0.1", run_dir=str(tmp_path / "run"), name="fifo")
-        except peer.PeerError as exc:
+            start_server(str(root), "127.0.0.1", run_dir=str(tmp_path / "run"), name="fifo")
+        except PeerError as exc:
             errors.append(str(exc))
 
     thread = threading.Thread(target=start, daemon=True)
@@ -183,7 +185,7 @@ def test_state_files_are_private(tmp_path, served):
     for path in (run_dir / "priv.json", stats):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
     assert state["token"] not in stats.read_text()
-    assert peer.stop_server(str(run_dir), "priv")[1] == 4 << 20
+    assert stop_server(str(run_dir), "priv")[1] == 4 << 20
 
 
 def test_run_dir_of_another_user_and_linked_directory_are_refused(tmp_path):
@@ -191,14 +193,14 @@ def test_run_dir_of_another_user_and_linked_directory_are_refused(tmp_path):
     theirs = tmp_path / "theirs"
     theirs.mkdir()
     os.chown(theirs, 1000, 1000)
-    with pytest.raises(peer.PeerError, match="belongs to uid 1000"):
-        peer.start_server(str(root), "127.0.0.1", run_dir=str(theirs), name="x")
+    with pytest.raises(PeerError, match="belongs to uid 1000"):
+        start_server(str(root), "127.0.0.1", run_dir=str(theirs), name="x")
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o1777)
     os.symlink(root, shared / "Tiny")
-    with pytest.raises(peer.PeerError, match="symbolic link in a directory that a non-root user can write"):
-        peer.start_server(str(shared / "Tiny"), "127.0.0.1", run_dir=str(tmp_path / "run"), name="x")
+    with pytest.raises(PeerError, match="symbolic link in a directory that a non-root user can write"):
+        start_server(str(shared / "Tiny"), "127.0.0.1", run_dir=str(tmp_path / "run"), name="x")
 
 
 # ---------------------------------------------------------------------------
@@ -245,18 +247,18 @@ def test_kernels_kind_serves_complete_entries_to_the_http_store(tmp_path, served
 @needs_zstd
 def test_kernels_kind_needs_a_complete_entry_and_pins_what_it_found(tmp_path):
     spool = tmp_path / "spool"
-    with pytest.raises(peer.PeerError, match="cannot open"):
-        peer.Catalog(str(spool), "kernels")
+    with pytest.raises(PeerError, match="cannot open"):
+        Catalog(str(spool), "kernels")
     spool.mkdir()
-    with pytest.raises(peer.PeerError, match="holds no complete kernel store entry"):
-        peer.Catalog(str(spool), "kernels")
+    with pytest.raises(PeerError, match="holds no complete kernel store entry"):
+        Catalog(str(spool), "kernels")
     warm_cache(str(tmp_path / "peer"))
     harvest(opts(tmp_path / "peer", warmed=True), PathStore(str(spool)))
-    with peer.Catalog(str(spool), "kernels") as first:
+    with Catalog(str(spool), "kernels") as first:
         digest = first.digest
     entry = spool.joinpath(*entry_parts(KEY))
     shutil.copyfile(entry / ARCHIVE_NAME, entry / "new")
     os.replace(entry / "new", entry / ARCHIVE_NAME)
-    with peer.Catalog(str(spool), "kernels") as second:
+    with Catalog(str(spool), "kernels") as second:
         # A re-packed archive is another inode: a running server for the spool is restarted, not kept.
         assert second.digest != digest and len(second.files) == 3

@@ -1,6 +1,6 @@
 # Copyright (c) ttfleet.inference contributors
 # SPDX-License-Identifier: Apache-2.0
-"""_facts.py and the tt_facts module: tt-smi snapshots, device mapping and the host tree readers."""
+"""_host/facts.py and the tt_facts module: tt-smi snapshots, device mapping and the host tree readers."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ import threading
 import pytest
 from conftest import patch_module_args
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _facts as facts
+from ansible_collections.ttfleet.inference.plugins.module_utils._host import facts
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.devices import DEVICE_BY_BOARDS
 from ansible_collections.ttfleet.inference.plugins.modules import tt_facts as tt_facts_module
 
-TT_SMI_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "tt_smi")
+TT_SMI_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "..", "fixtures", "tt_smi")
 
 # Lab device type -> (boards the device is made of, PCIe devices, arch, firmware bundle).
 LAB = {
