@@ -1,37 +1,20 @@
 """ttfleet.inference.fleet_status: state files, unit state, health probe, expected volume."""
 
-import http.server
 import json
 import os
 import subprocess
-import threading
 
 import pytest
+from http_servers import canned, serve
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _status
 from ansible_collections.ttfleet.inference.plugins.module_utils._reuse import apply_hardlink, plan_hardlink
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    code = 200
-
-    def do_GET(self):
-        self.send_response(self.server.code if self.path == "/health" else 404)
-        self.end_headers()
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
 def server():
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    httpd.code = 200
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield httpd
-    httpd.shutdown()
-    httpd.server_close()
+    with serve(canned(path="/health")) as httpd:
+        yield httpd
 
 
 def _systemctl(active="active", returncode=0):
@@ -94,7 +77,7 @@ def test_health_url_defaults_to_loopback():
 def test_probe_healthy_unhealthy_unreachable(server):
     url = f"http://127.0.0.1:{server.server_address[1]}/health"
     assert _status.probe(url, 2)["status"] == "healthy"
-    server.code = 503
+    server.RequestHandlerClass.status = 503
     result = _status.probe(url, 2)
     assert (result["status"], result["code"]) == ("unhealthy", 503)
     server.shutdown()

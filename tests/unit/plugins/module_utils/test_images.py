@@ -12,17 +12,16 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
-import http.server
 import io
 import json
 import os
 import socket
-import socketserver
 import tarfile
 import threading
 from typing import ClassVar
 
 import pytest
+from http_servers import QuietHandler, serve
 
 from ansible_collections.ttfleet.inference.plugins.module_utils import _container as container_utils
 from ansible_collections.ttfleet.inference.plugins.module_utils import _images as images
@@ -222,7 +221,7 @@ def _manifest(layer=LAYER):
     ).encode()
 
 
-class RegistryStandIn(http.server.BaseHTTPRequestHandler):
+class RegistryStandIn(QuietHandler):
     """A registry API v2 stand-in: Basic or Bearer auth, one repository, uploads kept in memory."""
 
     auth = "basic"
@@ -233,18 +232,6 @@ class RegistryStandIn(http.server.BaseHTTPRequestHandler):
     token_seen: ClassVar[list] = []
     realm = None
     lie_digest = False
-
-    def log_message(self, *args):
-        pass
-
-    def _send(self, code, body=b"", headers=None):
-        self.send_response(code)
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
 
     def _authorised(self):
         got = self.headers.get("Authorization", "")
@@ -266,60 +253,53 @@ class RegistryStandIn(http.server.BaseHTTPRequestHandler):
             self.token_seen.append(self.headers.get("Authorization", ""))
             good = self.headers.get("Authorization") == "Basic " + images.encode_auth(self.user, self.password)
             if not good:
-                return self._send(401, b'{"errors":[{"code":"UNAUTHORIZED","message":"bad credentials"}]}')
-            return self._send(200, b'{"token":"tok"}')
+                return self.answer(401, b'{"errors":[{"code":"UNAUTHORIZED","message":"bad credentials"}]}')
+            return self.answer(200, b'{"token":"tok"}')
         if not self._authorised():
             body = b'{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}'
-            return self._send(401, body, self._challenge())
+            return self.answer(401, body, self._challenge())
         if self.path == "/v2/":
-            return self._send(200, b"{}")
+            return self.answer(200, b"{}")
         parts = self.path.split("/")
         if "/manifests/" in self.path:
             body = self.manifests.get(parts[-1])
             if body is None:
-                return self._send(404, b'{"errors":[{"code":"MANIFEST_UNKNOWN","message":"unknown"}]}')
+                return self.answer(404, b'{"errors":[{"code":"MANIFEST_UNKNOWN","message":"unknown"}]}')
             digest = _digest(body) if not self.lie_digest else _digest(b"other")
-            return self._send(200, body, {"Content-Type": images.MANIFEST_V2, "Docker-Content-Digest": digest})
+            return self.answer(200, body, {"Content-Type": images.MANIFEST_V2, "Docker-Content-Digest": digest})
         if "/blobs/" in self.path:
             body = self.blobs.get(parts[-1])
             if body is None:
-                return self._send(404)
-            return self._send(200, body)
-        return self._send(404)
+                return self.answer(404)
+            return self.answer(200, body)
+        return self.answer(404)
 
     do_HEAD = do_GET
 
     def do_POST(self):
         if not self._authorised():
-            return self._send(401, b"", self._challenge())
-        return self._send(202, b"", {"Location": "/v2/tt/x/blobs/uploads/u1?state=1"})
+            return self.answer(401, b"", self._challenge())
+        return self.answer(202, b"", {"Location": "/v2/tt/x/blobs/uploads/u1?state=1"})
 
     def do_PUT(self):
         if not self._authorised():
-            return self._send(401, b"", self._challenge())
+            return self.answer(401, b"", self._challenge())
         body = self.rfile.read(int(self.headers["Content-Length"]))
         if "/blobs/uploads/" in self.path:
             digest = self.path.split("digest=")[1].replace("%3A", ":")
             if _digest(body) != digest:
-                return self._send(400, b'{"errors":[{"code":"DIGEST_INVALID","message":"digest"}]}')
+                return self.answer(400, b'{"errors":[{"code":"DIGEST_INVALID","message":"digest"}]}')
             self.blobs[digest] = body
-            return self._send(201)
+            return self.answer(201)
         self.manifests[self.path.split("/")[-1]] = body
-        return self._send(201, b"", {"Docker-Content-Digest": _digest(body)})
+        return self.answer(201, b"", {"Docker-Content-Digest": _digest(body)})
 
 
 @contextlib.contextmanager
 def registry(**attrs):
     handler = type("Handler", (RegistryStandIn,), {"blobs": {}, "manifests": {}, "seen": [], "token_seen": [], **attrs})
-    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serve(handler) as server:
         yield handler, f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.mark.parametrize("auth", ["basic", "bearer"])

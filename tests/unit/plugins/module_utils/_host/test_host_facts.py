@@ -4,16 +4,15 @@
 
 from __future__ import annotations
 
-import http.server
+import contextlib
 import json
 import os
 import shutil
-import socketserver
 import tempfile
-import threading
 
 import pytest
 from conftest import patch_module_args
+from http_servers import UnixHTTPServer, canned, serving
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._host import facts
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.devices import DEVICE_BY_BOARDS
@@ -366,27 +365,7 @@ def test_docker_socket_absent(tmp_path):
     assert "does not exist" in result["error"]
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    status = 200
-    body = b'{"Version": "28.2.2", "ApiVersion": "1.50", "Os": "linux"}'
-
-    def do_GET(self):
-        type(self).seen = self.path
-        self.send_response(self.status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(self.body)))
-        self.end_headers()
-        self.wfile.write(self.body)
-
-    def log_message(self, *args):
-        pass
-
-    def address_string(self):
-        return "unix"
-
-
-class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
+_VERSION = b'{"Version": "28.2.2", "ApiVersion": "1.50", "Os": "linux"}'
 
 
 @pytest.fixture()
@@ -394,20 +373,14 @@ def docker_server():
     # AF_UNIX paths are limited to ~108 bytes: pytest's tmp_path can be longer.
     directory = tempfile.mkdtemp(prefix="ttd", dir="/tmp")
     path = os.path.join(directory, "docker.sock")
-    servers = []
+    with contextlib.ExitStack() as servers:
 
-    def start(status=200, body=None):
-        handler = type("Handler", (_Handler,), {"status": status, "body": body or _Handler.body})
-        server = _Server(path, handler)
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
-        servers.append(server)
-        return path, handler
+        def start(status=200, body=None):
+            handler = canned(status, body or _VERSION, {"Content-Type": "application/json"})
+            servers.enter_context(serving(UnixHTTPServer(path, handler)))
+            return path, handler
 
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+        yield start
     shutil.rmtree(directory)
 
 
@@ -415,7 +388,7 @@ def test_docker_engine_answers_version(docker_server):
     path, handler = docker_server()
     result = facts.docker_engine(path, timeout=5)
     assert result == {"socket": path, "reachable": True, "version": "28.2.2", "api_version": "1.50", "error": None}
-    assert handler.seen == "/version"
+    assert handler.seen[-1] == "/version"
 
 
 def test_docker_engine_http_error(docker_server):
@@ -436,7 +409,7 @@ def test_docker_socket_nobody_listens(tmp_path):
     directory = tempfile.mkdtemp(prefix="ttd", dir="/tmp")
     try:
         path = os.path.join(directory, "docker.sock")
-        server = socketserver.UnixStreamServer(path, _Handler)
+        server = UnixHTTPServer(path, canned())
         server.server_close()  # the socket file stays, nobody accepts
         result = facts.docker_engine(path, timeout=2)
     finally:

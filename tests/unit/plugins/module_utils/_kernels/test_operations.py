@@ -2,18 +2,16 @@
 real zstd program.
 """
 
-import functools
-import http.server
 import importlib.util
 import json
 import os
 import pathlib
 import shutil
 import subprocess
-import threading
 
 import pytest
 from conftest import ROOT
+from http_servers import serve_directory, url
 from unit_helpers import KEY, OLD, opts, tree, warm_cache
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels import operations as operations_module
@@ -166,19 +164,12 @@ def test_mislabelled_manifest_is_refused(tmp_path, store):
 def test_deploy_from_an_http_store(tmp_path, store):
     _root, files = warm_cache(tmp_path / "a")
     harvest(opts(tmp_path / "a", warmed=True), store)
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=store.root)
-    handler.log_message = lambda *a: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        remote = HttpStore(f"http://127.0.0.1:{server.server_address[1]}", timeout=10)
+    with serve_directory(store.root) as server:
+        remote = HttpStore(url(server), timeout=10)
         got = deploy(opts(tmp_path / "b"), remote)
         assert got["changed"] and tree(cache_path(str(tmp_path / "b"), KEY)) == files
         missing = deploy(opts(tmp_path / "c", tt_metal_commit="9d11e2f"), remote)
         assert missing["missing"] and not missing["changed"]
-    finally:
-        server.shutdown()
 
 
 def test_a_deploy_keeps_the_verified_archive_for_the_next_hosts(tmp_path, store):

@@ -5,9 +5,6 @@ The unprivileged attacks themselves (setpriv as uid 1000 against the module) liv
 planted names are made by root in the places and with the owners uid 1000 would have.
 """
 
-import contextlib
-import functools
-import http.server
 import io
 import json
 import os
@@ -16,10 +13,10 @@ import shutil
 import stat
 import subprocess
 import tarfile
-import threading
 
 import pytest
 from conftest import VICTIM_SECRET
+from http_servers import serve_directory
 from unit_helpers import KEY, OLD
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels import operations as operations_module
@@ -404,27 +401,14 @@ def test_unpack_creates_nothing_through_a_planted_link(tmp_path, victim):
 TOKEN = secrets.token_hex(16)
 
 
-@contextlib.contextmanager
-def serving(directory):
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(directory))
-    handler.log_message = lambda *a: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 def test_deploy_from_a_store_under_a_path_token(tmp_path):
     src = user_volume(tmp_path / "src")
     _root, files = warm_cache(src)
     served = tmp_path / "served"
     store = PathStore(str(served / TOKEN))
     harvest(opts(src, warmed=True), store)
-    with serving(served) as port:
+    with serve_directory(served) as server:
+        port = server.server_address[1]
         got = deploy(opts(tmp_path / "b", required=True), HttpStore(f"http://127.0.0.1:{port}/{TOKEN}/"))
         assert got["changed"] and tree(cache_path(str(tmp_path / "b"), KEY)) == files
         assert TOKEN not in json.dumps(got)

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import datetime
 import hashlib
-import http.server
 import importlib.util
 import os
 import socket
-import threading
 
 import pytest
 from conftest import ROOT
+from http_servers import canned, serve, url
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.errors import S3Error
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.redact import hide_userinfo
@@ -276,27 +275,12 @@ def test_server_ignoring_range_restarts_at_zero(tmp_path):
     """A server that answers a ranged GET with 200 gives ``start`` 0 and a rewritten file."""
     body = b"0123456789" * 1000
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    httpd = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        client = S3Client(f"http://127.0.0.1:{httpd.server_address[1]}", "AK", "SK")
+    with serve(canned(body=body)) as httpd:
+        client = S3Client(url(httpd), "AK", "SK")
         part = tmp_path / "part"
         part.write_bytes(b"garbage-prefix")
         got = client.get_object("b", "k", str(part), offset=14, size=len(body))
         assert got["start"] == 0 and part.read_bytes() == body
-    finally:
-        httpd.shutdown()
 
 
 def test_connection_refused_is_an_s3_error():

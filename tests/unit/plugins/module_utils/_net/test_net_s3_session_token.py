@@ -13,6 +13,7 @@ expired token. It stores objects in memory (PUT, multipart, ranged GET, HEAD, Li
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import hmac
@@ -27,6 +28,7 @@ import uuid
 import pytest
 import yaml
 from conftest import ROOT, patch_module_args
+from http_servers import QuietHandler, serving
 from unit_helpers import KEY, warm_cache
 
 from ansible_collections.ttfleet.inference.plugins.doc_fragments import weights_source
@@ -176,7 +178,6 @@ class VerifyingS3(http.server.ThreadingHTTPServer):
         self.uploads = {}
         self.seen = []
         self.lock = threading.Lock()
-        self.thread = threading.Thread(target=self.serve_forever, daemon=True)
 
     @property
     def endpoint(self):
@@ -224,23 +225,11 @@ class VerifyingS3(http.server.ThreadingHTTPServer):
         return None
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-    def _answer(self, status, body=b"", headers=None):
-        self.send_response(status)
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-
+class _Handler(QuietHandler):
     def _error(self, status, code, message):
         body = f"<Error><Code>{code}</Code><Message>{message}</Message></Error>".encode()
         extra = {"x-amz-bucket-region": self.server.region} if code == "AuthorizationHeaderMalformed" else {}
-        self._answer(status, body, {"Content-Type": "application/xml", **extra})
+        self.answer(status, body, {"Content-Type": "application/xml", **extra})
 
     def _handle(self):
         server = self.server
@@ -272,27 +261,27 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if self.command == "GET" and not key:
             self._list(objects, bucket, query)
         elif self.command == "PUT" and not key:
-            self._answer(200)
+            self.answer(200)
         elif self.command == "PUT" and "uploadId" in query:
             server.uploads[query["uploadId"]][int(query["partNumber"])] = body
-            self._answer(200, headers={"ETag": f'"{hashlib.md5(body).hexdigest()}"'})
+            self.answer(200, headers={"ETag": f'"{hashlib.md5(body).hexdigest()}"'})
         elif self.command == "PUT":
             objects[(bucket, key)] = body
-            self._answer(200, headers={"ETag": f'"{hashlib.md5(body).hexdigest()}"'})
+            self.answer(200, headers={"ETag": f'"{hashlib.md5(body).hexdigest()}"'})
         elif self.command == "POST" and "uploads" in query:
             upload = uuid.uuid4().hex
             server.uploads[upload] = {}
             answer = f"<InitiateMultipartUploadResult><UploadId>{upload}</UploadId></InitiateMultipartUploadResult>"
-            self._answer(200, answer.encode())
+            self.answer(200, answer.encode())
         elif self.command == "POST" and "uploadId" in query:
             parts = server.uploads.pop(query["uploadId"])
             objects[(bucket, key)] = b"".join(parts[number] for number in sorted(parts))
             answer = f'<CompleteMultipartUploadResult><ETag>"x-{len(parts)}"</ETag></CompleteMultipartUploadResult>'
-            self._answer(200, answer.encode())
+            self.answer(200, answer.encode())
         elif self.command == "DELETE":
             server.uploads.pop(query.get("uploadId"), None)
             objects.pop((bucket, key), None)
-            self._answer(204)
+            self.answer(204)
         elif (bucket, key) not in objects:
             self._error(404, "NoSuchKey", "The specified key does not exist.")
         elif self.command == "HEAD":
@@ -306,9 +295,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             start = re.fullmatch(r"bytes=(\d+)-", self.headers.get("Range") or "")
             if start and int(start.group(1)) < len(data):
                 first = int(start.group(1))
-                self._answer(206, data[first:], {"Content-Range": f"bytes {first}-{len(data) - 1}/{len(data)}"})
+                self.answer(206, data[first:], {"Content-Range": f"bytes {first}-{len(data) - 1}/{len(data)}"})
             else:
-                self._answer(200, data)
+                self.answer(200, data)
 
     def _list(self, objects, bucket, query):
         prefix, size = query.get("prefix", ""), int(query.get("max-keys", "1000"))
@@ -323,25 +312,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         token = f"<NextContinuationToken>{page[-1]}</NextContinuationToken>" if more else ""
         truncated = "true" if more else "false"
         body = f"<ListBucketResult><IsTruncated>{truncated}</IsTruncated>{token}{items}</ListBucketResult>"
-        self._answer(200, body.encode(), {"Content-Type": "application/xml"})
+        self.answer(200, body.encode(), {"Content-Type": "application/xml"})
 
     do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _handle
 
 
 @pytest.fixture
 def serve():
-    started = []
-
-    def start(**kwargs):
-        server = VerifyingS3(**kwargs)
-        server.thread.start()
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        server.shutdown()
-        server.server_close()
+    with contextlib.ExitStack() as started:
+        yield lambda **kwargs: started.enter_context(serving(VerifyingS3(**kwargs)))
 
 
 # ---------------------------------------------------------------------------

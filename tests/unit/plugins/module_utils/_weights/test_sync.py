@@ -8,7 +8,6 @@ files as plain git blobs) from a local mirrors path, fully offline, on a free po
 
 from __future__ import annotations
 
-import http.server
 import importlib.util
 import json
 import os
@@ -17,7 +16,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import types
 import urllib.error
@@ -25,6 +23,7 @@ import urllib.request
 
 import pytest
 from conftest import ROOT, patch_module_args
+from http_servers import QuietHandler, serve, url
 from unit_helpers import make_tree
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
@@ -454,7 +453,7 @@ def test_module_main_check_then_apply(hub, tmp_path, capsys):
 # A test stand-in in front of olah, which ignores Range: it forwards every request and, for a GET
 # with Range, answers 206 with the requested slice (as huggingface.co and its CDNs do). It also records
 # the Authorization headers it sees.
-class _RangeFront(http.server.BaseHTTPRequestHandler):
+class _RangeFront(QuietHandler):
     upstream = None
     seen = None
 
@@ -480,19 +479,12 @@ class _RangeFront(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, *args):
-        pass
-
 
 @pytest.fixture
 def range_front(hub):
     handler = type("Front", (_RangeFront,), {"upstream": hub["endpoint"], "seen": []})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", handler.seen
-    server.shutdown()
-    server.server_close()
+    with serve(handler) as server:
+        yield url(server), handler.seen
 
 
 def test_resume_with_range_206(hub, tmp_path, range_front):
