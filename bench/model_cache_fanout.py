@@ -5,7 +5,7 @@ For each N (default 2, 4, 8, 16) the script starts N fresh containers of the lab
 the shared disk is not what limits), shapes each container's egress with a token-bucket filter (`tc qdisc ... tbf`,
 --rate, default 200mbit), publishes a generated model (--model-mb) with its manifest in a real SeaweedFS bucket
 on the docker gateway behind tests/tools/counting_proxy.py, and runs the role's schedule
-(plugins/module_utils/_fanout.py): the seed fetches from the bucket, then round by round every holder starts its
+(plugins/module_utils/_plan/fanout.py): the seed fetches from the bucket, then round by round every holder starts its
 weights_server (plugins/module_utils/_peer/) and the round's pullers pull from their holder at the same time, with
 plugins/module_utils/_weights/ inside the containers (what the model_weights module runs). A round starts when the
 previous one ended, as the role's rounds do. It prints and writes to bench/results/model_cache_fanout.json:
@@ -36,8 +36,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, ".ansible", "collections"))
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._fanout import fanout, rounds
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.client import S3Client
+from ansible_collections.ttfleet.inference.plugins.module_utils._plan.fanout import fanout, rounds
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.hashing import hash_file
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.manifest import build_manifest, identity_of

@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _results import stamp, write
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._reuse import (
+from ansible_collections.ttfleet.inference.plugins.module_utils._plan.reuse import (
     apply_hardlink,
     plan_hardlink,
 )

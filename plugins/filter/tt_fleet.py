@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._fleet import model_conflicts
+from ansible_collections.ttfleet.inference.plugins.module_utils._plan.fleet import model_conflicts
 
 
 def tt_model_conflicts(models: object) -> list[str]:

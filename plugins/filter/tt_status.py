@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._status import status_lines, status_summary
+from ansible_collections.ttfleet.inference.plugins.module_utils._plan.status import status_lines, status_summary
 
 
 def _rows(rows: object, name: str) -> list[object]:

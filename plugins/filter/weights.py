@@ -1,7 +1,7 @@
 # Copyright (c) ttfleet.inference contributors
 # SPDX-License-Identifier: Apache-2.0
 
-"""Jinja filter that spreads weight transfers over a fleet (see module_utils/_fanout.py).
+"""Jinja filter that spreads weight transfers over a fleet (see module_utils/_plan/fanout.py).
 
 Documentation lives beside this file, one YAML file per filter.
 """
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._fanout import (
+from ansible_collections.ttfleet.inference.plugins.module_utils._plan.fanout import (
     anchors,
     fanout,
     kernels_fanout,

@@ -409,15 +409,14 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.deploy import deploy, deploy_from_any
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.harvest import harvest
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.http_store import HttpStore
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import KernelError, key_text
-from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.operations import (
-    deploy,
-    deploy_from_any,
-    harvest,
-    inspect,
-)
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.local import inspect
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.path_store import PathStore
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.s3_store import S3Store
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.scan import DEFAULT_TEMP_PATTERNS
-from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.stores import HttpStore, PathStore, S3Store
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.errors import S3Error
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.proxy import PROXY_OPTIONS, apply_proxy_env
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.redact import mask_url_credentials

@@ -230,7 +230,9 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._cache_plan import (
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.proxy import PROXY_OPTIONS, apply_proxy_env
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.redact import mask_url_credentials
+from ansible_collections.ttfleet.inference.plugins.module_utils._plan.cache import (
     SOURCES,
     PlanError,
     check_directories,
@@ -242,8 +244,6 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._cache_plan impo
     plan_volume,
     shortfall_text,
 )
-from ansible_collections.ttfleet.inference.plugins.module_utils._net.proxy import PROXY_OPTIONS, apply_proxy_env
-from ansible_collections.ttfleet.inference.plugins.module_utils._net.redact import mask_url_credentials
 from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
     DEFAULT_MODEL_SPECS_ENV,
     MODEL_SPECS_ENVS,

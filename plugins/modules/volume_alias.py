@@ -201,7 +201,7 @@ moved_aside:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._reuse import apply_hardlink, plan_hardlink
+from ansible_collections.ttfleet.inference.plugins.module_utils._plan.reuse import apply_hardlink, plan_hardlink
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import (
     VolumeError,
     apply_plan,

@@ -27,13 +27,13 @@ from test_kernel_store import (  # the real store entry and the holder scripts o
     store_script,
 )
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.deploy import deploy_from_any
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import (
     ARCHIVE_NAME,
     MANIFEST_NAME,
     KernelError,
 )
-from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.operations import deploy_from_any
-from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.stores import PathStore
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.path_store import PathStore
 
 pytestmark = pytest.mark.skipif(shutil.which("zstd") is None, reason="needs the zstd program")
 

@@ -19,11 +19,11 @@ import pytest
 from conftest import ROOT, SLACK, baseline_rss_mib, drip, endless, http_head, long_head, run_bounded, send
 
 from ansible_collections.ttfleet.inference.plugins.filter.tt_status import tt_status_lines
-from ansible_collections.ttfleet.inference.plugins.module_utils import _status
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.deadline import Deadline
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.errors import NetError
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.http import open_url, read_capped
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.limits import MAX_HEALTH_BYTES
+from ansible_collections.ttfleet.inference.plugins.module_utils._plan import status as _status
 
 WRAPPER = os.path.join(ROOT, "roles", "serve", "files", "ttfleet-serve")
 TEMPLATES = os.path.join(ROOT, "roles", "serve", "templates")
@@ -442,7 +442,7 @@ def test_fleet_status_memory_stays_bounded_on_a_256_mib_health_body(hostile, tmp
     state = _state(tmp_path, broken=broken.url)
     code = (
         "import json, subprocess\n"
-        "from ansible_collections.ttfleet.inference.plugins.module_utils import _status\n"
+        "from ansible_collections.ttfleet.inference.plugins.module_utils._plan import status as _status\n"
         "def runner(argv, **kw):\n"
         "    return subprocess.CompletedProcess(argv, 0, 'ActiveState=active\\n', '')\n"
         f"report = _status.host_report({str(state)!r}, '/nonexistent', timeout=10, runner=runner)\n"

@@ -14,6 +14,9 @@ import time
 import pytest
 from conftest import SLACK, as_json, baseline_rss_mib, dir_bytes, drip, endless, http_head, long_head, run_bounded, send
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.deploy import deploy, deploy_from_any
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.harvest import check_health, harvest
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.http_store import HttpStore
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import (
     ARCHIVE_NAME,
     MANIFEST_NAME,
@@ -22,13 +25,8 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys im
     cache_parent,
     cache_path,
 )
-from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.operations import (
-    check_health,
-    deploy,
-    deploy_from_any,
-    harvest,
-)
-from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.stores import HttpStore, PathStore, S3Store
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.path_store import PathStore
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.s3_store import S3Store
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.limits import MAX_JSON_BYTES
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.client import S3Client
 
@@ -357,7 +355,7 @@ def test_a_256_mib_manifest_is_refused_with_little_memory(hostile):
     baseline = baseline_rss_mib()
     code = (
         "from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import KernelError\n"
-        "from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.stores import HttpStore\n"
+        "from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.http_store import HttpStore\n"
         f"key = {KEY!r}\n"
         "try:\n"
         f"    HttpStore({server.url + '/' + TOKEN + '/'!r}).read_manifest(key)\n"

@@ -23,8 +23,8 @@ import pytest
 from conftest import SLACK, HostileServer, drip, http_head, reply, send
 from test_hub import REPO, SHA, TOKEN, _tls_context, hub_script
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.http_store import HttpStore
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import KernelError
-from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.stores import HttpStore
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.deadline import Deadline
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.errors import NetError, S3Error
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.http import connection, read_capped

@@ -19,7 +19,7 @@ import sys
 import pytest
 from conftest import ROOT
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _status
+from ansible_collections.ttfleet.inference.plugins.module_utils._plan import status as _status
 
 ANSIBLE_PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
 PLAYBOOK = os.path.join(ROOT, "playbooks", "status.yml")

@@ -15,7 +15,7 @@ from ansible_collections.ttfleet.inference.plugins.filter.weights import (
     weights_fanout,
     weights_fanout_rounds,
 )
-from ansible_collections.ttfleet.inference.plugins.module_utils._fanout import (
+from ansible_collections.ttfleet.inference.plugins.module_utils._plan.fanout import (
     MAX_ALTERNATES,
     fanout,
     kernels_fanout,

@@ -1,8 +1,8 @@
-"""Fleet contract rules (plugins/module_utils/_fleet.py)."""
+"""Fleet contract rules (plugins/module_utils/_plan/fleet.py)."""
 
 import pytest
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._fleet import model_conflicts
+from ansible_collections.ttfleet.inference.plugins.module_utils._plan.fleet import model_conflicts
 
 
 @pytest.mark.parametrize(

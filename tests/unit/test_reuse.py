@@ -1,6 +1,6 @@
 # Copyright (c) ttfleet.inference contributors
 # SPDX-License-Identifier: Apache-2.0
-"""Unit tests for plugins/module_utils/_reuse.py: which commit made a volume's kernels, and hardlinked volumes."""
+"""Unit tests for plugins/module_utils/_plan/reuse.py: which commit made a volume's kernels, and hardlinked volumes."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from conftest import FIXTURES
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import MARKER_PREFIX
-from ansible_collections.ttfleet.inference.plugins.module_utils._reuse import (
+from ansible_collections.ttfleet.inference.plugins.module_utils._plan.reuse import (
     RECORD_NAME,
     annotate_candidates,
     apply_hardlink,

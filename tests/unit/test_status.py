@@ -7,8 +7,8 @@ import subprocess
 import pytest
 from http_servers import canned, serve
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _status
-from ansible_collections.ttfleet.inference.plugins.module_utils._reuse import apply_hardlink, plan_hardlink
+from ansible_collections.ttfleet.inference.plugins.module_utils._plan import status as _status
+from ansible_collections.ttfleet.inference.plugins.module_utils._plan.reuse import apply_hardlink, plan_hardlink
 
 
 @pytest.fixture

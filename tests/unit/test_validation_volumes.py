@@ -12,7 +12,8 @@ import time
 import pytest
 from conftest import patch_module_args
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _status, _volumes
+from ansible_collections.ttfleet.inference.plugins.module_utils import _volumes
+from ansible_collections.ttfleet.inference.plugins.module_utils._plan import status as _status
 from ansible_collections.ttfleet.inference.plugins.modules import volume_facts
 
 MODEL = "Qwen3-32B"

@@ -6,7 +6,7 @@
 - ``weights``: the files that the directory's ``.ttfleet-manifest.json`` lists, and the manifest;
 - ``kernels``: the three files of every complete store entry, ``<model>/<mesh>/<impl_id>/<tt_metal_commit>/
   <vllm_commit>/{manifest.json, kernels.tar.zst, kernels.tar.zst.sha256}`` (the layout of
-  ``_kernels.stores.PathStore``).
+  ``_kernels.path_store.PathStore``).
 
 The directory may be writable by a non-root user, so the catalog is found by a walk that never follows a link,
 and each file is pinned by ``(st_dev, st_ino, size)``. The daemon keeps a descriptor of the directory and opens

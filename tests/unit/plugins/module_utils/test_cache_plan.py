@@ -1,6 +1,6 @@
 # Copyright (c) ttfleet.inference contributors
 # SPDX-License-Identifier: Apache-2.0
-"""The plan of the model_cache role: module_utils/_cache_plan.py and the model_cache_plan module, on real spec exports,
+"""The plan of the model_cache role: module_utils/_plan/cache.py and the model_cache_plan module, on real spec exports,
 real volume trees and a real path source (listed and compared by model_weights' own check mode)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from conftest import FIXTURES, patch_module_args
 from unit_helpers import package_spec
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _cache_plan as cp
 from ansible_collections.ttfleet.inference.plugins.module_utils import _spec
+from ansible_collections.ttfleet.inference.plugins.module_utils._plan import cache as cp
 from ansible_collections.ttfleet.inference.plugins.modules import model_cache_plan as module
 
 SPEC = os.path.join(FIXTURES, "specs", "release_model_spec-v0.20.0.json.gz")

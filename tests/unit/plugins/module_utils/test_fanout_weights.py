@@ -10,8 +10,8 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.ttfleet.inference.plugins.filter.weights import weights_anchors, weights_server_name
-from ansible_collections.ttfleet.inference.plugins.module_utils._fanout import anchors, server_name
 from ansible_collections.ttfleet.inference.plugins.module_utils._peer.state import state_path
+from ansible_collections.ttfleet.inference.plugins.module_utils._plan.fanout import anchors, server_name
 
 REV = "a" * 40
 GOOD, BAD = "1" * 64, "2" * 64

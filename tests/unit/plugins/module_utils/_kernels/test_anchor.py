@@ -9,12 +9,9 @@ import io
 import pytest
 from unit_helpers import KEY
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.deploy import _splice_verdict, pinned_sha256
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.holders import HolderChain, Span
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import KernelError
-from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.operations import (
-    _splice_verdict,
-    pinned_sha256,
-)
-from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.stores import HolderChain, Span
 
 PIN = hashlib.sha256(b"the origin's archive").hexdigest()
 OTHER = hashlib.sha256(b"a holder's own archive").hexdigest()

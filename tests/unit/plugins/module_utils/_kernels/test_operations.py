@@ -1,4 +1,4 @@
-"""Kernel cache harvest and deploy (_kernels.operations, through the stores of _kernels.stores) on real files with the
+"""Kernel cache harvest and deploy (_kernels.harvest and .deploy, through the stores of _kernels) on real files with the
 real zstd program.
 """
 
@@ -14,10 +14,15 @@ from conftest import ROOT
 from http_servers import serve_directory, url
 from unit_helpers import KEY, OLD, opts, tree, warm_cache
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._kernels import operations as operations_module
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels import deploy as deploy_module
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels import harvest as harvest_module
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.deploy import deploy
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.harvest import harvest
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.http_store import HttpStore
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import KernelError, cache_path
-from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.operations import deploy, harvest, inspect
-from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.stores import HttpStore, PathStore, S3Store
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.local import inspect
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.path_store import PathStore
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.s3_store import S3Store
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.client import S3Client
 
 pytestmark = pytest.mark.skipif(shutil.which("zstd") is None, reason="needs the zstd program")
@@ -84,9 +89,9 @@ def test_converged_deploy_reads_no_archive(tmp_path, store, monkeypatch):
     warm_cache(tmp_path / "a")
     harvest(opts(tmp_path / "a", warmed=True), store)
     deploy(opts(tmp_path / "b"), store)
-    monkeypatch.setattr(operations_module, "unpack", lambda *a, **kw: pytest.fail("re-read the archive"))
+    monkeypatch.setattr(deploy_module, "unpack", lambda *a, **kw: pytest.fail("re-read the archive"))
     monkeypatch.setattr(store, "read_manifest", lambda key: pytest.fail("read the store"))
-    monkeypatch.setattr(operations_module, "scan_cache", lambda *a, **kw: pytest.fail("walked the cache"))
+    monkeypatch.setattr(harvest_module, "scan_cache", lambda *a, **kw: pytest.fail("walked the cache"))
     again = deploy(opts(tmp_path / "b"), store)
     assert not again["changed"] and "already holds" in again["reason"] and not again.get("hashed")
 

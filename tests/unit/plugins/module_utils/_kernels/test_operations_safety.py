@@ -19,16 +19,19 @@ from conftest import VICTIM_SECRET
 from http_servers import serve_directory
 from unit_helpers import KEY, OLD
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._kernels import operations as operations_module
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels import deploy as deploy_module
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.archive import pack, unpack
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.deploy import deploy
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.harvest import harvest
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.http_store import HttpStore
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import (
     KernelError,
     cache_path,
     marker_path,
 )
-from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.operations import deploy, harvest, inspect
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.local import inspect
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.path_store import PathStore
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.scan import scan_cache
-from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.stores import HttpStore, PathStore
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import SafeFileError, opened_dir
 
 pytestmark = [
@@ -368,7 +371,7 @@ def test_a_staging_directory_swapped_while_unpacking_is_not_put_in_place(tmp_pat
         os.mkdir(os.path.join(parent, name))
         return got
 
-    monkeypatch.setattr(operations_module, "unpack", racing_unpack)
+    monkeypatch.setattr(deploy_module, "unpack", racing_unpack)
     with pytest.raises(KernelError, match="was replaced while the cache was unpacked into it"):
         deploy(opts(vol), store)
     assert not os.path.exists(cache_path(str(vol), KEY))

@@ -1,4 +1,4 @@
-"""kernel_cache: the http store of _kernels.stores keeps a path token out of every message (issue 13)."""
+"""kernel_cache: the http store of _kernels.http_store keeps a path token out of every message (issue 13)."""
 
 import os
 import secrets
@@ -7,8 +7,8 @@ import shutil
 import pytest
 from unit_helpers import KEY
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.http_store import HttpStore
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import KernelError
-from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.stores import HttpStore
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("zstd") is None, reason="needs the zstd program"),

@@ -19,6 +19,9 @@ import urllib.request
 import pytest
 from unit_helpers import KEY, opts, tree, warm_cache
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.deploy import deploy
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.harvest import harvest
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.http_store import HttpStore
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import (
     ARCHIVE_NAME,
     SHA_NAME,
@@ -26,8 +29,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys im
     entry_parts,
     marker_path,
 )
-from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.operations import deploy, harvest
-from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.stores import HttpStore, PathStore
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.path_store import PathStore
 from ansible_collections.ttfleet.inference.plugins.module_utils._peer.catalog import Catalog
 from ansible_collections.ttfleet.inference.plugins.module_utils._peer.daemon import start_server, stop_server
 from ansible_collections.ttfleet.inference.plugins.module_utils._peer.errors import PeerError

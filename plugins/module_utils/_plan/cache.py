@@ -17,7 +17,7 @@ import os
 import posixpath
 from typing import TYPE_CHECKING
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._reuse import annotate_candidates, release_commits
+from ansible_collections.ttfleet.inference.plugins.module_utils._plan.reuse import annotate_candidates, release_commits
 from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
     SpecError,
     iter_specs,

@@ -1,13 +1,7 @@
 # Copyright (c) ttfleet.inference contributors
 # SPDX-License-Identifier: Apache-2.0
-"""Kernel (tensor) caches of tt-inference-server: harvest a complete cache into a store, deploy one from
-it, inspect what is in place.
-
-``tt_metal_cache/`` and everything below it belong to the container UID, which is often a login user:
-every path there is hostile. All of it goes through module_utils._safefile, relative to directory
-descriptors: no link is followed, no special file is opened, new names are random and created
-exclusively, ownership is set on descriptors.
-"""
+"""Deploy: put a store's kernel cache archive in place, verified against its manifest and the sha256 fixed at
+the origin, staged beside the cache and renamed; from the holders of a fan-out round, failing over between them."""
 
 from __future__ import annotations
 
@@ -16,76 +10,51 @@ import os
 import secrets
 import socket
 import time
-import urllib.error
 from typing import TYPE_CHECKING, cast
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._host.progress import Progress
-from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.archive import find_zstd, pack, unpack
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.archive import find_zstd, unpack
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.holders import HolderChain, Span
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import (
     ARCHIVE_NAME,
     DIR_MODE,
-    FILE_MODE,
-    MANIFEST_MAX,
     NO_VLLM,
     SHA_NAME,
     KernelError,
-    cache_parent,
-    cache_path,
     check_key,
-    key_mismatch,
     key_text,
-    marker_name,
-    marker_path,
-    mismatch_text,
-    refusal,
     refusing,
 )
-from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.scan import (
-    DEFAULT_TEMP_PATTERNS,
-    completeness_problems,
-    empty_scan,
-    scan_cache,
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.local import (
+    clear_leftovers,
+    local_state,
+    open_parent,
+    write_marker,
 )
-from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.stores import (
-    HEX64_RE,
-    HolderChain,
-    PathStore,
-    Span,
-    build_manifest,
-    check_manifest,
-    json_bytes,
-    split_userinfo,
-)
-from ansible_collections.ttfleet.inference.plugins.module_utils._net.deadline import Deadline
-from ansible_collections.ttfleet.inference.plugins.module_utils._net.errors import NetError
-from ansible_collections.ttfleet.inference.plugins.module_utils._net.http import open_url
-from ansible_collections.ttfleet.inference.plugins.module_utils._net.redact import hide_userinfo, printable
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.manifest import HEX64_RE, check_manifest
+from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.path_store import PathStore
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.redact import printable
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
     TEMP_PREFIX,
     SafeFileError,
     free_bytes,
     human_bytes,
-    kind_of,
-    make_path,
-    open_dir,
     open_nearest,
     open_subdir,
-    read_json,
     remove_tree,
     set_attrs,
-    write_atomic,
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names import moved_aside_name
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
-    from typing import Any
+    from typing import Any, TypeAlias
 
-    from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import JSON, Key, Owner
-    from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.stores import HttpStore, Store
+    from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.http_store import HttpStore
+    from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import JSON, Key
+    from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.s3_store import S3Store
 
-
-HEALTH_TOTAL = 60.0  # the overall limit of the warm-up health check of a harvest
+    Store: TypeAlias = "PathStore | HttpStore | S3Store | HolderChain"
 
 
 def pinned_sha256(options: Mapping[str, Any]) -> str | None:
@@ -112,56 +81,6 @@ def _free_space(path: str) -> tuple[str, int]:
         os.close(fd)
 
 
-def _open_parent(volume: str, key: Key, create: bool = False, owner: Owner | None = None) -> int | None:
-    """A descriptor of ``cache_<model_name>`` of the volume; None when it does not exist and ``create`` is off.
-
-    Created, a missing volume is root-owned (the volume itself is never given to the container UID) while
-    ``tt_metal_cache`` and ``cache_<model_name>`` get ``owner``: the server writes its kernels there."""
-    path = cache_parent(volume, key)
-    try:
-        if not create:
-            return open_dir(path)
-        os.close(make_path(volume))
-        return make_path(path, owner=owner)
-    except FileNotFoundError:
-        if create:
-            raise
-        return None
-    except SafeFileError as exc:
-        raise refusal(
-            exc, f"make {exc.path} a real directory; kernel caches never go through a link that a user can plant"
-        ) from None
-
-
-def _open_cache(parent_fd: int | None, name: str, path: str) -> int | None:
-    """A descriptor of the cache directory ``name`` in ``parent_fd`` (None when it is missing); anything but a
-    directory there, a link included, is refused."""
-    if parent_fd is None:
-        return None
-    try:
-        return open_subdir(parent_fd, name)
-    except FileNotFoundError:
-        return None
-    except SafeFileError:
-        kind = kind_of(os.lstat(name, dir_fd=parent_fd).st_mode)
-        raise KernelError(
-            f"{path} exists but is not a directory; move it away so the kernel cache can go there (it is a {kind}; "
-            "links are never followed)"
-        ) from None
-
-
-def clear_leftovers(parent_fd: int, mesh: str) -> list[str]:
-    """Remove the staging directories of an interrupted deploy of ``mesh`` (ours: TEMP_PREFIX + mesh) from
-    ``parent_fd``, never following a link in them."""
-    prefix = f"{TEMP_PREFIX}{mesh}-"
-    with os.scandir(parent_fd) as entries:
-        names = sorted(entry.name for entry in entries if entry.name.startswith(prefix))
-    for name in names:
-        with contextlib.suppress(OSError, SafeFileError):
-            remove_tree(parent_fd, name)
-    return names
-
-
 def _make_staging(parent_fd: int, mesh: str, parent: str) -> tuple[str, int]:
     """``(name, fd)`` of a new root-only directory with a random name in ``parent_fd``: mkdir never reuses an
     existing name, so nothing a user planted becomes the staging directory."""
@@ -177,246 +96,6 @@ def _make_staging(parent_fd: int, mesh: str, parent: str) -> tuple[str, int]:
             raise KernelError(f"{parent}/{name} was replaced right after it was made; nothing was deployed. Run again")
         return name, fd
     raise KernelError(f"{parent}: no free name for a staging directory after 16 tries")
-
-
-def check_health(url: str, timeout: float = 10, total: float = HEALTH_TOTAL) -> str | None:
-    """None when ``url`` answers HTTP 200, else the reason. The body is not read; the check stalls for at most
-    ``timeout`` seconds and lasts at most ``total``; a broken answer (not HTTP, reset) is a reason, not a crash."""
-    shown = printable(hide_userinfo(url), 300)
-    target, credentials = split_userinfo(url)
-    deadline = Deadline(total=total, stall=timeout, what="the health check")
-    try:
-        resp = open_url(target, deadline, credentials=credentials)
-    except urllib.error.HTTPError as exc:
-        exc.close()
-        return f"{shown} answered HTTP {exc.code}"
-    except NetError as exc:
-        return f"{shown} is unreachable or broken ({exc})"
-    with contextlib.closing(resp):
-        status = resp.status
-    return None if status == 200 else f"{shown} answered HTTP {status}"
-
-
-def _marker(parent_fd: int | None, volume: str, key: Key) -> tuple[str, JSON | None]:
-    """``(path, data)`` of the marker of ``key``; data is None when there is none. A link, FIFO or other special
-    file in its place is refused at once (never opened blocking)."""
-    path = marker_path(volume, key)
-    if parent_fd is None:
-        return path, None
-    fix = "remove it (it only records where the cache came from) and run again"
-    try:
-        data = read_json(parent_fd, marker_name(key), MANIFEST_MAX, where=os.path.dirname(path))
-    except SafeFileError as exc:
-        raise refusal(exc, fix) from None
-    if data is not None and not isinstance(data.get("key"), dict):
-        raise KernelError(f"{path} has no key; {fix}")
-    return path, data
-
-
-def _write_marker(parent_fd: int, key: Key, data: JSON, owner: Owner | None) -> None:
-    """Replace the marker through a random O_EXCL temporary name; owner and mode are set on its descriptor."""
-    write_atomic(parent_fd, marker_name(key), json_bytes(data), FILE_MODE, owner)
-
-
-@refusing
-def harvest(options: Mapping[str, Any], store: Store, check_mode: bool = False, now: float | None = None) -> JSON:
-    """Pack the complete cache of ``options['volume']`` into ``store`` unless the store already holds the key."""
-    key = check_key(options)
-    host = options.get("host") or socket.gethostname()
-    volume = os.path.normpath(options["volume"])
-    path = cache_path(volume, key)
-    force = bool(options.get("force"))
-    where = f"{host}:{path}"
-    patterns = options.get("temp_patterns") or DEFAULT_TEMP_PATTERNS
-    with contextlib.ExitStack() as fds:
-        parent_fd = _open_parent(volume, key)
-        if parent_fd is not None:
-            fds.callback(os.close, parent_fd)
-        marker_file, marker = _marker(parent_fd, volume, key)
-        if marker is not None and key_mismatch(marker["key"], key):
-            raise KernelError(
-                f"{mismatch_text(f'the kernel cache {where} (recorded in {marker_file})', marker['key'], key)}. "
-                "Fix: harvest with the key of the spec that built it, or warm this host up with the spec to harvest"
-            )
-        result: JSON = {
-            "changed": False,
-            "action": "none",
-            "cache_path": path,
-            "store": store.describe(key),
-            "key": key,
-        }
-        existing = store.read_manifest(key)
-        if existing is not None and not force:
-            check_manifest(existing, key, f"the store entry {store.describe(key)}")
-            result.update(
-                reason=(
-                    f"the store already holds {key_text(key)} (from {existing.get('host')}, "
-                    f"{existing.get('created_at')})"
-                ),
-                manifest=existing,
-            )
-            return result
-
-        cache_fd = _open_cache(parent_fd, key["mesh"], path)
-        if cache_fd is not None:
-            fds.callback(os.close, cache_fd)
-        scan = empty_scan() if cache_fd is None else scan_cache(cache_fd, patterns)
-        problems = completeness_problems(scan, where, options.get("quiet_seconds") or 0, now)
-        if marker is not None and not key_mismatch(marker["key"], key):
-            evidence = f"marker {marker_file} ({marker.get('evidence') or marker.get('source')})"
-        elif options.get("require_marker"):
-            problems.append(
-                f"{host} holds no record ({marker_file}) that its cache of this key is complete; harvest it there "
-                "first (tasks_from: harvest, after a warm-up) or deploy it there from a store"
-            )
-            evidence = None
-        elif options.get("warmed"):
-            evidence = "operator flag warmed"
-        elif options.get("health_url"):
-            why = check_health(options["health_url"], options.get("timeout") or 10)
-            if why:
-                problems.append(f"no evidence of a successful warm-up: {why}")
-            evidence = f"health {options['health_url']}"
-        else:
-            problems.append("no evidence of a successful warm-up: set health_url to the warmed server's /health URL")
-            evidence = None
-        if problems:
-            raise KernelError(
-                f"refusing to harvest the incomplete kernel cache of {key_text(key)}: " + "; ".join(problems) + ". "
-                "Fix: harvest after a successful warm-up (health_url answering 200, or warmed: true once you have "
-                "checked it), with no server writing to the cache"
-            )
-        result.update(
-            changed=True,
-            action="harvested",
-            files=scan["files"],
-            bytes=scan["bytes"],
-            evidence=evidence,
-            reason=f"packed {scan['files']} files ({human_bytes(scan['bytes'])}) of {where}",
-        )
-        if check_mode:
-            result["reason"] = f"would pack {scan['files']} files ({human_bytes(scan['bytes'])}) of {where}"
-            return result
-        zstd = find_zstd(host)
-        writer = store.writer(key)
-        out_fd = writer.prepare()
-        try:
-            space = writer.free_bytes()
-            if space < scan["bytes"] // 2:
-                raise KernelError(
-                    f"{host}: the store {store.describe()} has {human_bytes(space)} free, too little for an archive "
-                    f"of {human_bytes(scan['bytes'])} of cache; free space there"
-                )
-            progress = Progress(scan["bytes"], options.get("status_file"))
-            # Not None here: a missing cache (or cache_<model_name>) fails completeness_problems, which raises above.
-            sha, archive_bytes = pack(
-                cast(int, cache_fd), scan, out_fd, zstd, options.get("level") or 3, progress, path
-            )
-            after = scan_cache(cast(int, cache_fd), patterns)
-            if after["entries"] != scan["entries"]:
-                raise KernelError(
-                    f"the kernel cache {where} changed while it was packed; harvest again once it is idle"
-                )
-            manifest = build_manifest(key, sha, archive_bytes, scan, host, evidence, now)
-            writer.commit(sha, manifest)
-            progress.write(state="done")
-        except BaseException:
-            writer.abort()
-            raise
-        _write_marker(
-            cast(int, parent_fd),  # not None: see cache_fd above
-            key,
-            {
-                "key": manifest["key"],
-                "sha256": sha,
-                "source": "harvest",
-                "evidence": evidence,
-                "at": manifest["created_at"],
-            },
-            (options.get("owner", 1000), options.get("group", 1000)),
-        )
-    result.update(manifest=manifest, sha256=sha, archive_bytes=archive_bytes, hashed=True)
-    return result
-
-
-def dir_state(parent_fd: int | None, name: str, path: str) -> str:
-    """``absent``, ``empty`` or ``nonempty`` for the cache directory ``name`` in ``parent_fd`` (None: absent);
-    anything but a directory there is an error."""
-    fd = _open_cache(parent_fd, name, path)
-    if fd is None:
-        return "absent"
-    try:
-        with os.scandir(fd) as entries:
-            return "nonempty" if next(entries, None) is not None else "empty"
-    finally:
-        os.close(fd)
-
-
-@refusing
-def local_state(options: Mapping[str, Any]) -> JSON:
-    """What is at the cache path of the key: ``{"path", "marker_file", "kind", "in_place", "aside", "reason"}``.
-
-    ``in_place``: a cache deployed or harvested with this key is there. ``aside``: the cache in the way that a
-    deploy moves aside first (only with ``force``). ``reason`` is set when a deploy has nothing to do. A cache
-    recorded for another key is refused without ``force``.
-    """
-    key = check_key(options)
-    host = options.get("host") or socket.gethostname()
-    volume = os.path.normpath(options["volume"])
-    path = cache_path(volume, key)
-    where = f"{host}:{path}"
-    parent_fd = _open_parent(volume, key)
-    try:
-        marker_file, marker = _marker(parent_fd, volume, key)
-        # Only whether something is there: a converged host must not walk a cache of tens of thousands of files.
-        kind = dir_state(parent_fd, key["mesh"], path)
-    finally:
-        if parent_fd is not None:
-            os.close(parent_fd)
-    state: JSON = {
-        "path": path,
-        "marker_file": marker_file,
-        "kind": kind,
-        "in_place": False,
-        "aside": None,
-        "reason": None,
-    }
-    if kind != "nonempty":
-        return state
-    if marker is not None and not key_mismatch(marker["key"], key):
-        state["in_place"] = True
-        state["reason"] = f"{where} already holds {key_text(key)} ({marker.get('source')}, {marker.get('at')})"
-    elif marker is not None:
-        text = mismatch_text(f"the kernel cache {where} (recorded in {marker_file})", marker["key"], key)
-        if not options.get("force"):
-            raise KernelError(
-                f"{text}. Fix: set force: true to move it aside and deploy {key_text(key)}, or serve the spec "
-                "it was built for"
-            )
-        state["aside"] = path
-    elif not options.get("force"):
-        state["reason"] = (
-            f"{where} holds a kernel cache that no store deployed (compiled here or preseeded); it is left as "
-            "it is. Set force: true to move it aside and deploy from the store"
-        )
-    else:
-        state["aside"] = path
-    return state
-
-
-def inspect(options: Mapping[str, Any]) -> JSON:
-    """Read-only: whether a deploy of the key would change anything, without asking a store."""
-    key = check_key(options)
-    state = local_state(options)
-    return {
-        "changed": False,
-        "action": "none",
-        "cache_path": state["path"],
-        "key": key,
-        "in_place": state["in_place"],
-        "deployable": state["reason"] is None,
-        "reason": state["reason"] or f"{state['path']} can take the kernel cache of {key_text(key)} from a store",
-    }
 
 
 class _Tee:
@@ -563,7 +242,7 @@ def _deploy_verified(
     parent = os.path.dirname(state["path"])
     mesh = key["mesh"]
     # Never None with create: a missing directory is made, a failure raises.
-    parent_fd = cast(int, _open_parent(volume, key, create=True, owner=owner))
+    parent_fd = cast(int, open_parent(volume, key, create=True, owner=owner))
     try:
         clear_leftovers(parent_fd, mesh)
         staging, staging_fd = _make_staging(parent_fd, mesh, parent)
@@ -617,7 +296,7 @@ def _deploy_verified(
             raise
         finally:
             os.close(staging_fd)
-        _write_marker(
+        write_marker(
             parent_fd,
             key,
             {

@@ -23,7 +23,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._net.http import
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.limits import DEFAULT_STALL, MAX_HEALTH_BYTES
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.redact import printable
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.urls import origin_of
-from ansible_collections.ttfleet.inference.plugins.module_utils._reuse import read_record
+from ansible_collections.ttfleet.inference.plugins.module_utils._plan.reuse import read_record
 from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import SafeFileError, open_dir, read_json
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names import serve_unit
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import volume_contents
