@@ -224,177 +224,52 @@ spec_source:
   type: str
 """
 
-import os
-from collections.abc import Callable, Mapping
-from typing import Any
-
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.proxy import PROXY_OPTIONS, apply_proxy_env
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.redact import mask_url_credentials
 from ansible_collections.ttfleet.inference.plugins.module_utils._plan.cache import (
+    PLAN_ERRORS,
     SOURCES,
-    PlanError,
-    check_directories,
-    directory_claims,
-    disk_shortfalls,
-    kernel_key,
-    other_releases,
-    plan_model,
-    plan_volume,
-    shortfall_text,
+    failure_text,
+    plan_cache,
 )
-from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
-    DEFAULT_MODEL_SPECS_ENV,
-    MODEL_SPECS_ENVS,
-    SpecError,
-    default_checkout,
-    load_params_catalog,
-    resolve_entry,
-    validate_inputs,
-)
-from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import (
-    VolumeError,
-    check_path_text,
-    expand_roots,
-    scan_roots,
-)
-from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import WeightsError, scrub
+from ansible_collections.ttfleet.inference.plugins.module_utils._spec import DEFAULT_MODEL_SPECS_ENV, MODEL_SPECS_ENVS
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.options import WEIGHTS_SOURCE_OPTIONS
-from ansible_collections.ttfleet.inference.plugins.module_utils._weights.sync import sync_weights
 
-ENTRY_KEYS = ("name", "device", "impl", "engine", "image")
-
-
-def _entry(entry: dict[str, Any], index: int) -> dict[str, Any]:
-    if not isinstance(entry.get("name"), str) or not entry["name"]:
-        raise PlanError(f"models[{index}] has no name; give each tt_models entry the model's name, e.g. Qwen3-32B")
-    for key in ENTRY_KEYS[1:]:
-        if entry.get(key) is not None and not isinstance(entry[key], str):
-            raise PlanError(f"tt_models entry {entry['name']}: {key} must be a string, got {entry[key]!r}")
-    return entry
-
-
-def _weights_planner(params: dict[str, Any]) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
-    """``plan(request)``: the check-mode result of model_weights for one model, with the shared source options."""
-    shared = {key: params[key] for key in WEIGHTS_SOURCE_OPTIONS}
-
-    def plan(request: Mapping[str, Any]) -> dict[str, Any]:
-        options = {**shared, **{key: value for key, value in request.items() if value is not None}}
-        return sync_weights(options, check_mode=True)
-
-    return plan
-
-
-def plan(params: dict[str, Any], warn: Callable[[str], None]) -> dict[str, Any]:
-    root = os.path.normpath(check_path_text(params["volume_root"], "volume_root"))
-    checkout = default_checkout(params["tt_inference_server_dir"], params["spec_file"])
-    catalog = load_params_catalog(params, checkout)
-    for warning in catalog.get("warnings", []):
-        warn(warning)
-    host = params["host"] or os.uname().nodename
-    options = {**params, "host": host}
-    volumes, releases, roots = None, None, []
-    if params["weights"]:
-        roots = expand_roots([root, *params["search_roots"]])
-        volumes, warnings = scan_roots(roots)
-        for warning in warnings:
-            warn(warning)
-        releases = other_releases(params["release_dirs"], checkout)
-    planner = _weights_planner(options)
-    resolved = []
-    for index, raw in enumerate(params["models"]):
-        entry = _entry(raw, index)
-        device = entry.get("device") or params["device"]
-        validate_inputs(
-            model=entry["name"],
-            device=device,
-            impl=entry.get("impl"),
-            engine=entry.get("engine"),
-            volume_root=root,
-            image=entry.get("image"),
-        )
-        resolved.append((entry, resolve_entry(catalog, entry, device, volume_root=root)))
-    if volumes is not None:
-        # Before any origin is listed: one repository and revision per weights directory.
-        check_directories(host, [claim for entry, spec in resolved for claim in directory_claims(entry, spec)])
-    records = []
-    for entry, spec in resolved:
-        if volumes is None:
-            records.append({"name": entry["name"], "entry": dict(entry), "spec": spec, "kernel": kernel_key(spec)})
-            continue
-        # releases was set with volumes above; mypy cannot tie the two together.
-        expected, candidates, warnings = plan_volume(
-            root,
-            volumes,
-            spec,
-            releases,  # type: ignore[arg-type]
-            warn,
-            isolate=params["kernel_isolation"],
-        )
-        for warning in warnings:
-            warn(warning)
-        records.append(plan_model(entry, spec, expected, candidates, options, planner))
-    work = []
-    planned = set()
-    # One model served by several instances (one per board, or per profile) shares its volume: one fetch per
-    # directory, and one slot in the fan-out.
-    for item in [record["work"] for record in records if "work" in record] + [
-        extra for record in records for extra in record.get("extras") or []
-    ]:
-        if item["dest"] not in planned:
-            planned.add(item["dest"])
-            work.append(item)
-    short = disk_shortfalls(work, int(params["disk_margin_gb"] * (1 << 30)))
-    if short:
-        raise PlanError(shortfall_text(host, short, params["disk_margin_gb"]))
-    return {
-        "changed": False,
-        "models": records,
-        "work": work,
-        "root_exists": root in roots,
-        "spec_source": catalog["source"],
-    }
+ARGUMENT_SPEC = dict(
+    **PROXY_OPTIONS,
+    models=dict(type="list", elements="dict", required=True),
+    device=dict(type="str", required=True),
+    volume_root=dict(type="path", required=True),
+    search_roots=dict(type="list", elements="path", default=[]),
+    release_dirs=dict(type="list", elements="path"),
+    kernel_isolation=dict(type="bool", default=True),
+    tt_inference_server_dir=dict(type="path"),
+    spec_file=dict(type="path"),
+    python=dict(type="path"),
+    model_specs_env=dict(type="str", choices=list(MODEL_SPECS_ENVS), default=DEFAULT_MODEL_SPECS_ENV),
+    sources=dict(type="list", elements="str", choices=list(SOURCES), default=["preseeded", "hf"]),
+    path=dict(type="str", default=""),
+    peers=dict(type="bool", default=True),
+    site=dict(type="str", default="default"),
+    weights=dict(type="bool", default=True),
+    **WEIGHTS_SOURCE_OPTIONS,
+)
 
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec=dict(
-            **PROXY_OPTIONS,
-            models=dict(type="list", elements="dict", required=True),
-            device=dict(type="str", required=True),
-            volume_root=dict(type="path", required=True),
-            search_roots=dict(type="list", elements="path", default=[]),
-            release_dirs=dict(type="list", elements="path"),
-            kernel_isolation=dict(type="bool", default=True),
-            tt_inference_server_dir=dict(type="path"),
-            spec_file=dict(type="path"),
-            python=dict(type="path"),
-            model_specs_env=dict(type="str", choices=list(MODEL_SPECS_ENVS), default=DEFAULT_MODEL_SPECS_ENV),
-            sources=dict(type="list", elements="str", choices=list(SOURCES), default=["preseeded", "hf"]),
-            path=dict(type="str", default=""),
-            peers=dict(type="bool", default=True),
-            site=dict(type="str", default="default"),
-            weights=dict(type="bool", default=True),
-            **WEIGHTS_SOURCE_OPTIONS,
-        ),
+        argument_spec=ARGUMENT_SPEC,
         mutually_exclusive=[("tt_inference_server_dir", "spec_file")],
         supports_check_mode=True,
     )
-    params = module.params
     apply_proxy_env(module)
-    secret_values = (params["hf_token"], params["s3_secret_key"], params["s3_session_token"], params["s3_access_key"])
     credentials_error = mask_url_credentials(module, ("hf_endpoint", "s3_endpoint"))
     try:
-        if credentials_error:
-            raise WeightsError(credentials_error)
-        if params["disk_margin_gb"] < 0:
-            raise PlanError(f"disk_margin_gb must not be negative, got {params['disk_margin_gb']}")
-        result = plan(params, module.warn)
-    except (PlanError, SpecError, VolumeError, WeightsError) as exc:
-        module.fail_json(msg=scrub(exc, *secret_values))
-    except OSError as exc:
-        module.fail_json(msg=scrub(f"cannot plan the model cache: {exc}", *secret_values))
+        result = plan_cache(module.params, module.warn, credentials_error)
+    except (*PLAN_ERRORS, OSError) as exc:
+        module.fail_json(msg=failure_text(exc, module.params))
     module.exit_json(**result)
 
 

@@ -329,7 +329,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._plan.cache import other_releases, plan_volume
+from ansible_collections.ttfleet.inference.plugins.module_utils._plan.volume import other_releases, plan_volume
 from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
     SPEC_SOURCE_OPTIONS,
     SpecError,

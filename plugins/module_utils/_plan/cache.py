@@ -2,37 +2,43 @@
 # SPDX-License-Identifier: Apache-2.0
 """The plan of the model_cache role: per served model, its spec, its volume, where its weights come from and why.
 
-Private to the collection. ``plan_volume`` finds the expected volume of a resolved spec and the volumes it could
-alias (ttfleet.inference.volume_facts reports the same); ``choose_source`` applies the role's source order;
-``plan_models`` resolves each model once, plans its weights with the caller's ``plan_weights`` (the check mode of
-model_weights, which lists the origin and compares it with the volume) and returns the records the tasks act on;
-``disk_shortfalls`` checks that each filesystem takes all of its models at once.
+Private to the collection. ``plan_cache`` is the whole of ttfleet.inference.model_cache_plan: it resolves each model
+once, finds its volume (``_plan.volume.plan_volume``), applies the role's source order (``choose_source``), plans its
+weights with the check mode of model_weights (which lists the origin and compares it with the volume) and returns the
+records the tasks act on; ``disk_shortfalls`` checks that each filesystem takes all of its models at once.
 """
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import posixpath
 from typing import TYPE_CHECKING
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._plan.reuse import annotate_candidates, release_commits
+from ansible_collections.ttfleet.inference.plugins.module_utils._plan.volume import other_releases, plan_volume
 from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
     SpecError,
-    iter_specs,
-    load_checkout,
+    default_checkout,
+    load_params_catalog,
+    resolve_entry,
+    validate_inputs,
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names import weights_subdir
-from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import expected_volume, select_candidates
-from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import is_commit_sha
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import (
+    VolumeError,
+    check_path_text,
+    expand_roots,
+    scan_roots,
+)
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import WeightsError, is_commit_sha, scrub
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.options import WEIGHTS_SOURCE_OPTIONS
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.sync import sync_weights
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
     from typing import Any
 
     JSON = dict[str, Any]
-    Lookup = Callable[[str], "tuple[str, str] | None"]
 
 SOURCES = ("preseeded", "hf", "path", "s3")
 # Sources whose bytes are listed at an origin and fetched.
@@ -42,73 +48,6 @@ GIB = 1 << 30
 
 class PlanError(Exception):
     """A model the role cannot fill; the message names the host, the model and the fix."""
-
-
-# ---------------------------------------------------------------------------
-# Volumes
-
-
-def other_releases(patterns: Sequence[str] | None, checkout: str | None) -> list[str]:
-    """Release checkouts to consult for candidates' commits: the given globs, else the default checkout's siblings."""
-    if patterns is None:
-        if not checkout:
-            return []
-        real = os.path.realpath(checkout)
-        if os.path.basename(os.path.dirname(real)) != "releases":
-            return []
-        patterns = [os.path.join(os.path.dirname(real), "*")]
-    current = os.path.realpath(checkout) if checkout else None
-    found: list[str] = []
-    for pattern in patterns:
-        for path in sorted(glob.glob(pattern)):
-            real = os.path.realpath(path)
-            if os.path.isdir(real) and real != current and real not in found:
-                found.append(real)
-    return found
-
-
-def commit_lookup(dirs: Sequence[str], derived: Mapping[str, Any], warn: Callable[[str], object]) -> Lookup:
-    """``lookup(version)`` over the specs of ``dirs``, loading them once and only when first asked."""
-    cache: dict[str, dict[str, tuple[str, str]]] = {}
-
-    def lookup(version: str) -> tuple[str, str] | None:
-        if "commits" not in cache:
-            catalogs = []
-            for path in dirs:
-                try:
-                    catalogs.append(load_checkout(path))
-                except SpecError as exc:
-                    warn(f"cannot read the specs of {path} to date a candidate's kernel cache: {exc}")
-            cache["commits"] = release_commits(catalogs, derived, iter_specs)
-        return cache["commits"].get(str(version))
-
-    return lookup
-
-
-def plan_volume(
-    root: str,
-    volumes: Sequence[Mapping[str, Any]],
-    derived: Mapping[str, Any],
-    release_dirs: Sequence[str],
-    warn: Callable[[str], object],
-    isolate: bool = True,
-    sizes: bool = False,
-) -> tuple[JSON, list[JSON], list[str]]:
-    """``(expected, candidates, warnings)``: the volume the spec expects under ``root`` and what could fill it.
-
-    ``volumes`` is the scan of every root (``_volumes.scan_roots``); ``release_dirs`` are the other releases whose
-    specs date a candidate's kernel cache (``other_releases``), read only when a candidate records nothing.
-    """
-    expected = expected_volume(root, derived, volumes, sizes=sizes)
-    candidates = select_candidates(volumes, derived, expected)
-    lookup = commit_lookup(release_dirs, derived, warn) if candidates and expected["type"] == "absent" else None
-    candidates = annotate_candidates(candidates, derived, root, lookup=lookup, isolate=isolate)
-    warnings = []
-    if candidates and expected["type"] == "absent" and candidates[0]["reuse"] == "symlink":
-        best = candidates[0]
-        if best["kernels"] != "same" and not best["same_filesystem"] and isolate:
-            warnings.append(f"{expected['path']}: {best['reuse_reason']}")
-    return expected, candidates, warnings
 
 
 # ---------------------------------------------------------------------------
@@ -484,3 +423,121 @@ def shortfall_text(host: str, short: Sequence[Mapping[str, Any]], margin_gb: flo
         " Nothing was written. Free space there, serve fewer models on this host, or put tt_volume_root on a bigger "
         "filesystem."
     )
+
+
+# ---------------------------------------------------------------------------
+# The host (ttfleet.inference.model_cache_plan)
+
+ENTRY_KEYS = ("name", "device", "impl", "engine", "image")
+# What a plan fails with: the message names the host, the model or the input, and the fix.
+PLAN_ERRORS = (PlanError, SpecError, VolumeError, WeightsError)
+
+
+def check_entry(entry: Mapping[str, Any], index: int) -> Mapping[str, Any]:
+    """The tt_models entry at ``index``, refused when it has no name or a field that is not a string."""
+    if not isinstance(entry.get("name"), str) or not entry["name"]:
+        raise PlanError(f"models[{index}] has no name; give each tt_models entry the model's name, e.g. Qwen3-32B")
+    for key in ENTRY_KEYS[1:]:
+        if entry.get(key) is not None and not isinstance(entry[key], str):
+            raise PlanError(f"tt_models entry {entry['name']}: {key} must be a string, got {entry[key]!r}")
+    return entry
+
+
+def weights_planner(params: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], JSON]:
+    """``plan(request)``: the check-mode result of model_weights for one model, with the shared source options."""
+    shared = {key: params[key] for key in WEIGHTS_SOURCE_OPTIONS}
+
+    def plan(request: Mapping[str, Any]) -> JSON:
+        options = {**shared, **{key: value for key, value in request.items() if value is not None}}
+        return sync_weights(options, check_mode=True)
+
+    return plan
+
+
+def unique_work(records: Iterable[Mapping[str, Any]]) -> list[JSON]:
+    """The work entries of ``records`` (each model's, then the extra repositories'), one per weights directory.
+
+    One model served by several instances (one per board, or per profile) shares its volume: one fetch per
+    directory, and one slot in the fan-out."""
+    records = list(records)
+    work: list[JSON] = []
+    planned = set()
+    for item in [record["work"] for record in records if "work" in record] + [
+        extra for record in records for extra in record.get("extras") or []
+    ]:
+        if item["dest"] not in planned:
+            planned.add(item["dest"])
+            work.append(item)
+    return work
+
+
+def plan_cache(params: Mapping[str, Any], warn: Callable[[str], object], credentials_error: str | None = None) -> JSON:
+    """The result of ttfleet.inference.model_cache_plan for its ``params``: each model resolved once, its volume,
+    source and weights planned, the work entries deduplicated and the disks checked. Changes nothing."""
+    if credentials_error:
+        raise WeightsError(credentials_error)
+    if params["disk_margin_gb"] < 0:
+        raise PlanError(f"disk_margin_gb must not be negative, got {params['disk_margin_gb']}")
+    root = os.path.normpath(check_path_text(params["volume_root"], "volume_root"))
+    checkout = default_checkout(params["tt_inference_server_dir"], params["spec_file"])
+    catalog = load_params_catalog(params, checkout)
+    for warning in catalog.get("warnings", []):
+        warn(warning)
+    host = params["host"] or os.uname().nodename
+    options = {**params, "host": host}
+    volumes: list[JSON] | None = None
+    releases: list[str] = []
+    roots: list[str] = []
+    if params["weights"]:
+        roots = expand_roots([root, *params["search_roots"]])
+        volumes, warnings = scan_roots(roots)
+        for warning in warnings:
+            warn(warning)
+        releases = other_releases(params["release_dirs"], checkout)
+    planner = weights_planner(options)
+    resolved = []
+    for index, raw in enumerate(params["models"]):
+        entry = check_entry(raw, index)
+        device = entry.get("device") or params["device"]
+        validate_inputs(
+            model=entry["name"],
+            device=device,
+            impl=entry.get("impl"),
+            engine=entry.get("engine"),
+            volume_root=root,
+            image=entry.get("image"),
+        )
+        resolved.append((entry, resolve_entry(catalog, entry, device, volume_root=root)))
+    if volumes is not None:
+        # Before any origin is listed: one repository and revision per weights directory.
+        check_directories(host, [claim for entry, spec in resolved for claim in directory_claims(entry, spec)])
+    records = []
+    for entry, spec in resolved:
+        if volumes is None:
+            records.append({"name": entry["name"], "entry": dict(entry), "spec": spec, "kernel": kernel_key(spec)})
+            continue
+        expected, candidates, warnings = plan_volume(
+            root, volumes, spec, releases, warn, isolate=params["kernel_isolation"]
+        )
+        for warning in warnings:
+            warn(warning)
+        records.append(plan_model(entry, spec, expected, candidates, options, planner))
+    work = unique_work(records)
+    short = disk_shortfalls(work, int(params["disk_margin_gb"] * (1 << 30)))
+    if short:
+        raise PlanError(shortfall_text(host, short, params["disk_margin_gb"]))
+    return {
+        "changed": False,
+        "models": records,
+        "work": work,
+        "root_exists": root in roots,
+        "spec_source": catalog["source"],
+    }
+
+
+def failure_text(exc: BaseException, params: Mapping[str, Any]) -> str:
+    """The message of a failed plan (one of PLAN_ERRORS, or an OSError) without the secrets of ``params``."""
+    secrets = (params["hf_token"], params["s3_secret_key"], params["s3_session_token"], params["s3_access_key"])
+    if isinstance(exc, PLAN_ERRORS):
+        return scrub(exc, *secrets)
+    return scrub(f"cannot plan the model cache: {exc}", *secrets)

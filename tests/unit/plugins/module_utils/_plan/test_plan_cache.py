@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 from conftest import FIXTURES, patch_module_args
@@ -126,18 +127,67 @@ def test_disk_shortfalls_sum_the_models_of_each_filesystem():
     assert text.endswith("put tt_volume_root on a bigger filesystem.")
 
 
-def test_other_releases_are_the_siblings_of_the_current_one(tmp_path):
-    releases = tmp_path / "releases"
-    for tag in ("v0.16.0", "v0.18.0", "v0.20.0"):
-        (releases / tag).mkdir(parents=True)
-    (tmp_path / "current").symlink_to("releases/v0.20.0")
-    found = cp.other_releases(None, str(tmp_path / "current"))
-    assert found == [str(releases / "v0.16.0"), str(releases / "v0.18.0")]
-    # A checkout outside the role's layout (or a spec file) has no siblings to consult unless they are named.
-    assert cp.other_releases(None, str(tmp_path / "releases")) == []
-    assert cp.other_releases(None, None) == []
-    named = cp.other_releases([str(releases / "*")], str(releases / "v0.18.0"))
-    assert named == [str(releases / "v0.16.0"), str(releases / "v0.20.0")]
+def _params(tmp_path, **extra):
+    """The module's parameters as AnsibleModule gives them (its defaults, then these) for plan_cache."""
+    defaults = {name: option.get("default") for name, option in module.ARGUMENT_SPEC.items()}
+    return {
+        **defaults,
+        "models": [{"name": LLAMA}],
+        "device": "p300x2",
+        "volume_root": str(tmp_path / "volumes"),
+        "spec_file": SPEC,
+        "weights": False,
+        "host": "qb2-1",
+        "disk_margin_gb": 0,
+        **extra,
+    }
+
+
+def test_check_entry_names_the_entry_and_the_field():
+    entry = {"name": LLAMA, "device": "n150", "impl": None}
+    assert cp.check_entry(entry, 0) is entry
+    with pytest.raises(cp.PlanError, match=r"^models\[3\] has no name; give each tt_models entry"):
+        cp.check_entry({"name": ""}, 3)
+    with pytest.raises(cp.PlanError, match=f"^tt_models entry {re.escape(LLAMA)}: image must be a string, got 7$"):
+        cp.check_entry({"name": LLAMA, "image": 7}, 0)
+
+
+def test_unique_work_keeps_one_entry_per_directory_models_before_extras():
+    records = [
+        {"work": {"dest": "/v/a/weights/A", "model": "A"}, "extras": [{"dest": "/v/a/weights/D", "model": "A--D"}]},
+        # A second instance of model A shares its volume, draft included.
+        {"work": {"dest": "/v/a/weights/A", "model": "A"}, "extras": [{"dest": "/v/a/weights/D", "model": "A--D"}]},
+        {"name": "B"},  # weights: false records carry no work
+        {"work": {"dest": "/v/b/weights/B", "model": "B"}},
+    ]
+    assert [item["model"] for item in cp.unique_work(records)] == ["A", "B", "A--D"]
+
+
+def test_plan_cache_refuses_before_reading_anything(tmp_path):
+    # No catalog is read and no volume scanned: the spec file does not exist.
+    params = _params(tmp_path, spec_file=str(tmp_path / "missing.json"))
+    with pytest.raises(cp.WeightsError, match=r"^s3_endpoint must not carry credentials$"):
+        cp.plan_cache(params, print, "s3_endpoint must not carry credentials")
+    with pytest.raises(cp.PlanError, match=r"^disk_margin_gb must not be negative, got -1$"):
+        cp.plan_cache({**params, "disk_margin_gb": -1}, print)
+
+
+def test_plan_cache_without_weights_resolves_specs_and_kernel_keys(tmp_path):
+    warnings = []
+    result = cp.plan_cache(_params(tmp_path), warnings.append)
+    (model,) = result["models"]
+    assert set(model) == {"name", "entry", "spec", "kernel"}
+    assert model["kernel"]["model_name"] == LLAMA and model["kernel"]["mesh"] == "P300x2"
+    assert result["work"] == [] and result["root_exists"] is False and result["changed"] is False
+
+
+def test_failure_text_hides_every_secret_and_names_a_filesystem_error():
+    params = {"hf_token": "hf_tok", "s3_secret_key": "s3_sec", "s3_session_token": "s3_ses", "s3_access_key": "AKIA"}
+    exc = cp.PlanError("qb2-1: hf_tok s3_sec s3_ses AKIA https://u:pw@hub.example/x")
+    text = cp.failure_text(exc, params)
+    assert text == "qb2-1: ******** ******** ******** ******** https://********@hub.example/x"
+    oserror = cp.failure_text(PermissionError(13, "Permission denied", "/v/hf_tok"), params)
+    assert oserror == "cannot plan the model cache: [Errno 13] Permission denied: '/v/********'"
 
 
 # --- the module --------------------------------------------------------------------------------
@@ -208,7 +258,7 @@ def test_each_model_is_resolved_once_from_one_catalog(tmp_path, capsys, monkeypa
         return real_resolve(catalog, entry, device, **kwargs)
 
     monkeypatch.setattr(_spec, "load_catalog", load)
-    monkeypatch.setattr(module, "resolve_entry", resolve)
+    monkeypatch.setattr(cp, "resolve_entry", resolve)
     source = _weights(tmp_path / "nfs" / LLAMA)
     models = [{"name": LLAMA, "path": str(source)}, {"name": "Qwen3-32B", "device": "p300x2", "path": str(source)}]
     code, result = run(capsys, _args(tmp_path, models, sources=["path"]))
