@@ -38,7 +38,7 @@ sys.path.insert(0, os.path.join(ROOT, ".ansible", "collections"))
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.client import S3Client
 from ansible_collections.ttfleet.inference.plugins.module_utils._plan.fanout import fanout, rounds
-from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.contents import MANIFEST_NAME
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.hashing import hash_file
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.manifest import build_manifest, identity_of
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.sources import s3_prefix_of

@@ -25,6 +25,8 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.dirs import O_DIR
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import trusted
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.deadline import Deadline, watch
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.errors import NetError
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.http import (
@@ -37,7 +39,6 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._net.http import
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.limits import CHUNK, DEFAULT_STALL, DEFAULT_TOTAL
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.redact import printable
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.urls import origin_of, show_origin
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import O_DIR, trusted
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping
@@ -275,7 +276,7 @@ def host_platform() -> tuple[str, str]:
 
 def read_auth(config_path: str, registry: str) -> tuple[str, str] | None:
     """(username, password) stored for ``registry`` in Docker's config.json (``auths.<registry>.auth``), or None."""
-    from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import read_json_path
+    from ansible_collections.ttfleet.inference.plugins.module_utils._fs.files import read_json_path
 
     data = read_json_path(config_path, missing=None)
     if not isinstance(data, dict):

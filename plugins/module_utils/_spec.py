@@ -32,6 +32,9 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING, cast
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.dirs import opened_dir
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.files import read_bytes
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError
 from ansible_collections.ttfleet.inference.plugins.module_utils._overrides import (
     ENGINES,
     TuningError,
@@ -40,11 +43,6 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._overrides impor
     runtime_catalog,
     runtime_spec,
     strip_private,
-)
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
-    SafeFileError,
-    opened_dir,
-    read_bytes,
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.devices import DEVICES, mesh_name
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.errors import SpecError

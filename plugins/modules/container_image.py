@@ -208,6 +208,9 @@ from typing import Any, BinaryIO
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.files import open_path
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.space import free_bytes, human_bytes
 from ansible_collections.ttfleet.inference.plugins.module_utils._host.progress import Progress
 from ansible_collections.ttfleet.inference.plugins.module_utils._images import (
     Engine,
@@ -223,12 +226,6 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._images import (
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.proxy import PROXY_OPTIONS, apply_proxy_env
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.options import S3_OPTIONS
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
-    SafeFileError,
-    free_bytes,
-    human_bytes,
-    open_path,
-)
 
 
 def _plan(

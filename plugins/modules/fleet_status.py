@@ -120,8 +120,8 @@ instances:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError
 from ansible_collections.ttfleet.inference.plugins.module_utils._plan.status import host_report
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import SafeFileError
 from ansible_collections.ttfleet.inference.plugins.module_utils._spec import DEFAULT_RELEASE_ROOT
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names import SERVE_STATE_DIR
 

@@ -183,6 +183,7 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.space import human_bytes
 from ansible_collections.ttfleet.inference.plugins.module_utils._host.progress import Progress
 from ansible_collections.ttfleet.inference.plugins.module_utils._images import (
     ImageError,
@@ -195,7 +196,6 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._images import (
     registry_host,
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.proxy import PROXY_OPTIONS, apply_proxy_env
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import human_bytes
 
 
 def _client(

@@ -83,20 +83,16 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.atomic import unlink, write_atomic
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.attrs import set_attrs
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.dirs import make_path, opened_dir
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.files import read_bytes
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError
 from ansible_collections.ttfleet.inference.plugins.module_utils._images import (
     ImageError,
     encode_auth,
     read_auth,
     registry_host,
-)
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
-    SafeFileError,
-    make_path,
-    opened_dir,
-    read_bytes,
-    set_attrs,
-    unlink,
-    write_atomic,
 )
 
 PEM_LIMIT = 256 * 1024

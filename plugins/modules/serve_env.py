@@ -83,13 +83,10 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
-    SafeFileError,
-    opened_dir,
-    read_bytes,
-    trusted,
-    write_atomic,
-)
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.atomic import write_atomic
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.dirs import opened_dir
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.files import read_bytes
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError, trusted
 from ansible_collections.ttfleet.inference.plugins.module_utils._serve import (
     ServeError,
     desired_env,

@@ -268,7 +268,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
     SpecError,
     load_params_catalog,
 )
-from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import VolumeError
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.checks import VolumeError
 
 _SOURCE_KEYS = ("tt_inference_server_dir", "spec_file", "python", "model_specs_env")
 

@@ -202,12 +202,12 @@ moved_aside:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._plan.reuse import apply_hardlink, plan_hardlink
-from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import (
-    VolumeError,
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.alias import (
     apply_plan,
     plan_absent,
     plan_alias,
 )
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.checks import VolumeError
 
 
 def main() -> None:

@@ -337,12 +337,8 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
     load_params_catalog,
     resolve_params,
 )
-from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import (
-    VolumeError,
-    check_path_text,
-    expand_roots,
-    scan_roots,
-)
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.checks import VolumeError, check_path_text
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.scan import expand_roots, scan_roots
 
 
 def main() -> None:

@@ -40,8 +40,8 @@ from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.space import human_bytes
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.redact import hide_userinfo, printable
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import human_bytes
 
 display = Display()
 

@@ -20,7 +20,7 @@ import re
 import pytest
 from conftest import answer_file, http_head, reply, send, weights_options
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.contents import MANIFEST_NAME
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import WeightsError
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.sync import sync_weights
 

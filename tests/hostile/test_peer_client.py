@@ -13,7 +13,7 @@ import time
 import pytest
 from conftest import SLACK, answer_file, dir_bytes, drip, endless, http_head, long_head, reply, send, weights_options
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.contents import MANIFEST_NAME
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights import fetch as fetch_module
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights import hub as hub_module
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights import sources as sources_module

@@ -25,7 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, ".ansible", "collections"))
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.client import S3Client
-from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.contents import MANIFEST_NAME
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.manifest import build_manifest, identity_of
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.sources import s3_prefix_of
 

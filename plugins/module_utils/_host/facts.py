@@ -22,7 +22,7 @@ import socket
 import subprocess
 from typing import TYPE_CHECKING, Any
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import nearest_existing
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.space import nearest_existing
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.devices import (
     DEVICE_BY_BOARDS,
     arch_of_board,

@@ -13,7 +13,9 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import SafeFileError, opened_dir, write_json
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.atomic import write_json
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.dirs import opened_dir
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -16,6 +16,10 @@ import tarfile
 import threading
 from typing import TYPE_CHECKING, cast
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.attrs import set_attrs
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.dirs import makedirs, open_relative
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.files import open_file
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import (
     ARCHIVE_NAME,
     DIR_MODE,
@@ -23,13 +27,6 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys im
     FILE_MODE,
     KernelError,
     refusal,
-)
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
-    SafeFileError,
-    makedirs,
-    open_file,
-    open_relative,
-    set_attrs,
 )
 
 if TYPE_CHECKING:

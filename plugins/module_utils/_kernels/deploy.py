@@ -12,6 +12,12 @@ import socket
 import time
 from typing import TYPE_CHECKING, cast
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.atomic import TEMP_PREFIX
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.attrs import set_attrs
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.dirs import open_nearest, open_subdir
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.space import free_bytes, human_bytes
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.trees import remove_tree
 from ansible_collections.ttfleet.inference.plugins.module_utils._host.progress import Progress
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.archive import find_zstd, unpack
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.holders import HolderChain, Span
@@ -34,16 +40,6 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.local i
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.manifest import HEX64_RE, check_manifest
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.path_store import PathStore
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.redact import printable
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
-    TEMP_PREFIX,
-    SafeFileError,
-    free_bytes,
-    human_bytes,
-    open_nearest,
-    open_subdir,
-    remove_tree,
-    set_attrs,
-)
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names import moved_aside_name
 
 if TYPE_CHECKING:

@@ -10,6 +10,7 @@ import socket
 import urllib.error
 from typing import TYPE_CHECKING, cast
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.space import human_bytes
 from ansible_collections.ttfleet.inference.plugins.module_utils._host.progress import Progress
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.archive import find_zstd, pack
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.http_store import split_userinfo
@@ -39,7 +40,6 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._net.deadline im
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.errors import NetError
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.http import open_url
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.redact import hide_userinfo, printable
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import human_bytes
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

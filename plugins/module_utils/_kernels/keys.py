@@ -15,7 +15,7 @@ import os
 import re
 from typing import TYPE_CHECKING, cast
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import SafeFileError
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names import (
     tensor_cache_parent,
     tt_metal_cache_subdir,
@@ -64,7 +64,7 @@ LEFT_ALONE = (
 
 
 def refusal(exc: SafeFileError, fix: str = LEFT_ALONE) -> KernelError:
-    """The KernelError of a path that module_utils._safefile refused, naming the path and the fix."""
+    """The KernelError of a path that module_utils._fs refused, naming the path and the fix."""
     return KernelError(f"{exc.path} {exc.reason}. Fix: {fix}")
 
 

@@ -4,7 +4,7 @@
 what a deploy would find there (inspect).
 
 ``tt_metal_cache/`` and everything below it belong to the container UID, which is often a login user:
-every path there is hostile. All of it goes through module_utils._safefile, relative to directory
+every path there is hostile. All of it goes through module_utils._fs, relative to directory
 descriptors: no link is followed, no special file is opened, new names are random and created
 exclusively, ownership is set on descriptors.
 """
@@ -16,6 +16,11 @@ import os
 import socket
 from typing import TYPE_CHECKING
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.atomic import TEMP_PREFIX, write_atomic
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.dirs import make_path, open_dir, open_subdir
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.files import read_json
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError, kind_of
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.trees import remove_tree
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import (
     FILE_MODE,
     MANIFEST_MAX,
@@ -32,17 +37,6 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys im
     refusing,
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.manifest import json_bytes
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
-    TEMP_PREFIX,
-    SafeFileError,
-    kind_of,
-    make_path,
-    open_dir,
-    open_subdir,
-    read_json,
-    remove_tree,
-    write_atomic,
-)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -10,6 +10,19 @@ import os
 import stat
 from typing import TYPE_CHECKING, cast
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.atomic import (
+    TEMP_PREFIX,
+    create_temp,
+    rename,
+    unlink,
+    write_atomic,
+)
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.attrs import set_attrs
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.dirs import make_path, open_dir, opened_dir
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.files import open_file, read_bytes
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.space import free_bytes
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.trees import walk
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import (
     ARCHIVE_NAME,
     DIR_MODE,
@@ -27,22 +40,6 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.manifes
     json_bytes,
     json_object,
     parse_sha_file,
-)
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
-    TEMP_PREFIX,
-    SafeFileError,
-    create_temp,
-    free_bytes,
-    make_path,
-    open_dir,
-    open_file,
-    opened_dir,
-    read_bytes,
-    rename,
-    set_attrs,
-    unlink,
-    walk,
-    write_atomic,
 )
 
 if TYPE_CHECKING:

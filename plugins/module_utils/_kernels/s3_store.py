@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, cast
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.atomic import TEMP_PREFIX
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.http_store import Body
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import (
     ARCHIVE_NAME,
@@ -27,7 +28,6 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.path_st
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.errors import S3Error
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.limits import MAX_JSON_BYTES
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.urls import show_origin
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import TEMP_PREFIX
 
 if TYPE_CHECKING:
     from collections.abc import Callable

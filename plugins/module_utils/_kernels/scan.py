@@ -10,7 +10,9 @@ import stat
 import time
 from typing import TYPE_CHECKING
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import TEMP_PREFIX, open_dir, walk
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.atomic import TEMP_PREFIX
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.dirs import open_dir
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.trees import walk
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence

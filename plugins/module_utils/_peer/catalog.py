@@ -24,21 +24,16 @@ import os
 import stat
 from typing import TYPE_CHECKING, cast
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.dirs import open_dir, open_relative
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.files import open_file, open_path, read_json
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.trees import walk
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import ARCHIVE_NAME, SHA_NAME
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import (
     MANIFEST_NAME as KERNEL_MANIFEST_NAME,
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._peer.errors import SHORT_OF, PeerError, Refused, reason
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
-    SafeFileError,
-    open_dir,
-    open_file,
-    open_path,
-    open_relative,
-    read_json,
-    walk,
-)
-from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.contents import MANIFEST_NAME
 
 if TYPE_CHECKING:
     # (st_dev, st_ino, size) of a catalog file

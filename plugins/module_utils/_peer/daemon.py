@@ -20,6 +20,9 @@ import threading
 import time
 from typing import TYPE_CHECKING, cast
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.atomic import unlink, write_json
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.files import read_json
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError
 from ansible_collections.ttfleet.inference.plugins.module_utils._peer.catalog import Catalog
 from ansible_collections.ttfleet.inference.plugins.module_utils._peer.errors import PeerError
 from ansible_collections.ttfleet.inference.plugins.module_utils._peer.gate import Gate
@@ -33,12 +36,6 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._peer.state impo
     starttime,
     state_file,
     stats_file,
-)
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
-    SafeFileError,
-    read_json,
-    unlink,
-    write_json,
 )
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import errno
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import SafeFileError
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError
 
 # Out of descriptors or memory: the server's state, not the request's (accept pauses, a file open answers 503).
 SHORT_OF = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)

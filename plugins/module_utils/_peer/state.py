@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The peer daemon's records: its state (``<name>.json``, holding the token URL) and the bytes it served
 (``<name>.json.stats``), mode 0600 files in a root-only 0700 run directory, written atomically through
-``_safefile``; and whether the daemon a state names still runs.
+``_fs``; and whether the daemon a state names still runs.
 """
 
 from __future__ import annotations
@@ -15,15 +15,12 @@ import threading
 import time
 from typing import TYPE_CHECKING, cast
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.atomic import write_json
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.attrs import set_attrs
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.dirs import make_path, open_dir
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.files import read_json
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError
 from ansible_collections.ttfleet.inference.plugins.module_utils._peer.errors import PeerError, reason
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
-    SafeFileError,
-    make_path,
-    open_dir,
-    read_json,
-    set_attrs,
-    write_json,
-)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -24,12 +24,8 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
     validate_inputs,
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names import weights_subdir
-from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import (
-    VolumeError,
-    check_path_text,
-    expand_roots,
-    scan_roots,
-)
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.checks import VolumeError, check_path_text
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.scan import expand_roots, scan_roots
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import WeightsError, is_commit_sha, scrub
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.options import WEIGHTS_SOURCE_OPTIONS
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.sync import sync_weights

@@ -11,13 +11,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._spec import resolve_entry
-from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import (
-    check_path_text,
-    expand_roots,
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.candidates import (
     expected_volume,
-    scan_roots,
     select_candidates,
 )
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.checks import check_path_text
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.scan import expand_roots, scan_roots
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping

@@ -20,38 +20,29 @@ import stat
 import time
 from typing import TYPE_CHECKING
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.atomic import TEMP_PREFIX, temp_name, write_json
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.attrs import set_attrs
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.dirs import fsync_path, open_subdir, opened_dir
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.files import read_json, read_json_path
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.trees import remove_tree, walk
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import MARKER_PREFIX
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
-    SafeFileError,
-    open_subdir,
-    opened_dir,
-    read_json,
-    read_json_path,
-    remove_tree,
-    set_attrs,
-    temp_name,
-    walk,
-    write_json,
-)
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names import ASIDE_INFIX, tensor_cache_parent
-from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import (
-    TEMP_PREFIX,
-    VolumeError,
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.alias import (
     aside_name,
-    check_path_text,
     check_source_root,
-    fsync_dir,
     is_within,
     lstat_kind,
     path_diff,
 )
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.checks import VolumeError, check_path_text
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping
     from typing import Any
 
     JSON = dict[str, Any]
-    # (directory relative to the volume, its descriptor, [(name, lstat)]), as _safefile.walk yields them.
+    # (directory relative to the volume, its descriptor, [(name, lstat)]), as _fs.trees.walk yields them.
     Listing = tuple[str, int, list[tuple[str, os.stat_result]]]
 
 RECORD_NAME = ".ttfleet-volume.json"
@@ -425,7 +416,7 @@ def apply_hardlink(plan: JSON, now: float | None = None) -> JSON:
         raise VolumeError(
             f"cannot build {path} from hardlinks of {plan['src_real']}: {why}; nothing of the source was changed"
         ) from None
-    fsync_dir(parent)
+    fsync_path(parent)
     return plan
 
 

@@ -17,6 +17,9 @@ import time
 import urllib.parse
 from typing import TYPE_CHECKING
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.dirs import open_dir
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.files import read_json
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.deadline import Deadline
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.errors import NetError
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.http import connection, describe, read_capped
@@ -24,9 +27,8 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._net.limits impo
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.redact import printable
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.urls import origin_of
 from ansible_collections.ttfleet.inference.plugins.module_utils._plan.reuse import read_record
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import SafeFileError, open_dir, read_json
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names import serve_unit
-from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import volume_contents
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.contents import volume_contents
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping

@@ -11,7 +11,10 @@ from typing import TYPE_CHECKING
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._plan.reuse import annotate_candidates, release_commits
 from ansible_collections.ttfleet.inference.plugins.module_utils._spec import SpecError, iter_specs, load_checkout
-from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import expected_volume, select_candidates
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.candidates import (
+    expected_volume,
+    select_candidates,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence

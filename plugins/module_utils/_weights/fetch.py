@@ -10,22 +10,17 @@ import os
 import stat
 from typing import TYPE_CHECKING
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.atomic import rename, unlink
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.dirs import makedirs, open_relative, opened_dir
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.files import open_file
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.trees import copy_file
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.deadline import Deadline
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.errors import NetError
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.http import content_length, copy_capped, describe
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.limits import DEFAULT_STALL
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.redact import printable
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.client import content_range_start
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
-    SafeFileError,
-    copy_file,
-    makedirs,
-    open_file,
-    open_relative,
-    opened_dir,
-    rename,
-    unlink,
-)
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.hashing import HASH_CHUNK, Digests, hash_files
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.hub import RETRYABLE
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import (

@@ -9,7 +9,8 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import SafeFileError, open_path
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.files import open_path
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -12,13 +12,11 @@ import json
 import os
 from typing import TYPE_CHECKING
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
-    SafeFileError,
-    opened_dir,
-    read_json,
-    write_json,
-)
-from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.atomic import write_json
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.dirs import opened_dir
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.files import read_json
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.contents import MANIFEST_NAME
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import FILE_MODE, scrub
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ import urllib.parse
 from typing import TYPE_CHECKING
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.redact import hide_userinfo, printable
-from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.contents import MANIFEST_NAME
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping

@@ -9,22 +9,20 @@ import os
 import stat
 from typing import TYPE_CHECKING, cast
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
-    SafeFileError,
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.atomic import rename
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.attrs import set_attrs
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.dirs import (
     ensure_dir,
-    kind_of,
     make_path,
     makedirs,
     open_dir,
-    open_file,
     open_relative,
     open_subdir,
     opened_dir,
-    own_tree,
-    remove_tree,
-    rename,
-    set_attrs,
 )
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.files import open_file
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError, kind_of
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.trees import own_tree, remove_tree
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import (
     DIR_MODE,
     EXEC_MODE,

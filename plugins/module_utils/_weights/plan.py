@@ -8,17 +8,15 @@ import os
 import stat
 from typing import TYPE_CHECKING, cast
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
-    SafeFileError,
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.dirs import open_dir, open_nearest, open_relative
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.space import (
     free_bytes,
     human_bytes,
     nearest_existing,
-    open_dir,
-    open_nearest,
-    open_relative,
-    walk,
 )
-from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.trees import walk
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.contents import MANIFEST_NAME
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.hashing import hash_files
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.manifest import manifest_matches, read_manifest
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import (

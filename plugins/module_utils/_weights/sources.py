@@ -14,14 +14,16 @@ import stat
 import urllib.parse
 from typing import TYPE_CHECKING, cast
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.dirs import open_dir
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError, kind_of
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.trees import walk
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.deadline import Deadline
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.errors import S3Error
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.http import connection, describe
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.limits import MAX_JSON_BYTES, MAX_LISTED_FILES
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.redact import printable
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.urls import origin_of, show_origin
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import SafeFileError, kind_of, open_dir, walk
-from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.contents import MANIFEST_NAME
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.hub import (
     MAX_JSON_ITEMS,
     USER_AGENT,

@@ -13,16 +13,16 @@ import os
 import stat
 from typing import TYPE_CHECKING
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
-    SafeFileError,
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.atomic import write_json
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.dirs import (
     ensure_dir,
     open_relative,
     open_subdir,
     opened_dir,
-    read_json,
-    remove_tree,
-    write_json,
 )
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.files import read_json
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.trees import remove_tree
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.manifest import MANIFEST_MAX_BYTES
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import (
     STAGING_MODE,

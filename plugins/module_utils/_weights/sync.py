@@ -13,7 +13,7 @@ and its manifest (reading only), ``check_disk`` refuses before anything is writt
 in order for the module.
 
 The container user may own the volume, ``weights/`` and the staging directory (an older release, a factory
-volume), so every file operation goes through ``_safefile``: directory descriptors, no link followed, no
+volume), so every file operation goes through ``_fs``: directory descriptors, no link followed, no
 special file opened, random O_EXCL temporary names, owner and mode set on descriptors.
 """
 
@@ -25,19 +25,19 @@ import socket
 import time
 from typing import TYPE_CHECKING, cast
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.dirs import make_path
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.space import (
+    free_bytes,
+    human_bytes,
+    nearest_existing,
+)
 from ansible_collections.ttfleet.inference.plugins.module_utils._host.progress import Progress
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.errors import NetError, S3Error
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.redact import printable
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.client import S3Client
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.urls import show_origin
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
-    SafeFileError,
-    free_bytes,
-    human_bytes,
-    make_path,
-    nearest_existing,
-)
-from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.contents import MANIFEST_NAME
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.fetch import fetch_hf, fetch_path
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.hub import Hub, list_hf_source
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.manifest import (

@@ -28,6 +28,8 @@ import re
 import xml.etree.ElementTree as ET
 from typing import TYPE_CHECKING, cast
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.files import open_path
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.errors import NetError, S3Error
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.http import content_length, copy_capped
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.limits import (
@@ -46,10 +48,6 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.xml impo
     parse_list,
     parse_xml,
     xml_escape,
-)
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
-    SafeFileError,
-    open_path,
 )
 
 if TYPE_CHECKING:

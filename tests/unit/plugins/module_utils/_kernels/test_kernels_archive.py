@@ -7,9 +7,9 @@ import tarfile
 
 import pytest
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.dirs import opened_dir
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.archive import unpack
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys import KernelError
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import opened_dir
 
 pytestmark = pytest.mark.skipif(shutil.which("zstd") is None, reason="needs the zstd program")
 

@@ -19,6 +19,8 @@ from conftest import VICTIM_SECRET
 from http_servers import serve_directory
 from unit_helpers import KEY, OLD
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.dirs import opened_dir
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels import deploy as deploy_module
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.archive import pack, unpack
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.deploy import deploy
@@ -32,7 +34,6 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys im
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.local import inspect
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.path_store import PathStore
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.scan import scan_cache
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import SafeFileError, opened_dir
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("zstd") is None, reason="needs the zstd program"),

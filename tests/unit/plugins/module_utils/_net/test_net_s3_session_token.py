@@ -36,7 +36,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._net.errors impo
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.client import S3Client
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.options import S3_OPTIONS
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.sigv4 import sign_v4
-from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.contents import MANIFEST_NAME
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.manifest import build_manifest, identity_of
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import WeightsError
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.sources import S3Files, s3_prefix_of

@@ -33,7 +33,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.path_st
 from ansible_collections.ttfleet.inference.plugins.module_utils._peer.catalog import Catalog
 from ansible_collections.ttfleet.inference.plugins.module_utils._peer.daemon import start_server, stop_server
 from ansible_collections.ttfleet.inference.plugins.module_utils._peer.errors import PeerError
-from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.contents import MANIFEST_NAME
 
 SECRET = b"ROOT-ONLY-SECRET-" * 4096
 

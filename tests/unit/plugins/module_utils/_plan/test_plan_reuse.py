@@ -22,12 +22,12 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._plan.reuse impo
     same_commit,
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._spec import iter_specs, load_spec_file, resolve
-from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import (
-    VolumeError,
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.candidates import (
     expected_volume,
-    scan_roots,
     select_candidates,
 )
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.checks import VolumeError
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.scan import scan_roots
 
 LLAMA = "Llama-3.1-8B-Instruct"
 OLD = f"volume_id_tt_transformers-{LLAMA}-v0.17.0"

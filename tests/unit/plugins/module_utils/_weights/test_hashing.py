@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import SafeFileError
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.hashing import (
     git_blob_sha1,
     hash_file,

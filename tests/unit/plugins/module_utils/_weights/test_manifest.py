@@ -8,7 +8,7 @@ import hashlib
 import json
 import os
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import read_json_path
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.files import read_json_path
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.manifest import (
     build_manifest,
     identity_of,

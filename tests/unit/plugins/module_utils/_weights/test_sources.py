@@ -15,12 +15,12 @@ import urllib.request
 import pytest
 from conftest import ROOT
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.space import free_bytes
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.client import S3Client
 from ansible_collections.ttfleet.inference.plugins.module_utils._peer.daemon import start_server, stop_server
 from ansible_collections.ttfleet.inference.plugins.module_utils._peer.errors import PeerError
 from ansible_collections.ttfleet.inference.plugins.module_utils._peer.state import alive, state_path
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import free_bytes
-from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.contents import MANIFEST_NAME
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.manifest import (
     build_manifest,
     identity_of,

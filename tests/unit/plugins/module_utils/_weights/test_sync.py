@@ -26,7 +26,7 @@ from conftest import ROOT, patch_module_args
 from http_servers import QuietHandler, serve, url
 from unit_helpers import make_tree
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.contents import MANIFEST_NAME
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights import fetch as fetch_module
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights import hashing as hashing_module
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights import plan as plan_module

@@ -20,7 +20,7 @@ from types import MappingProxyType
 
 import pytest
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import MANIFEST_NAME
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.contents import MANIFEST_NAME
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights import sync as sync_module
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.manifest import identity_of
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import (

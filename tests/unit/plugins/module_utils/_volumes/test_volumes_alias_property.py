@@ -12,13 +12,13 @@ from collections import Counter
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import (
-    TEMP_PREFIX,
-    VolumeError,
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.atomic import TEMP_PREFIX
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.alias import (
     apply_plan,
     plan_absent,
     plan_alias,
 )
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.checks import VolumeError
 
 # Alias slots: two beside the volumes, one inside a volume.
 SLOTS = ("x", "y", "vol_b/z")

@@ -12,8 +12,9 @@ import time
 import pytest
 from conftest import patch_module_args
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _volumes
 from ansible_collections.ttfleet.inference.plugins.module_utils._plan import status as _status
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.contents import MANIFEST_NAME, SHARD_INDEXES
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.scan import scan_root
 from ansible_collections.ttfleet.inference.plugins.modules import volume_facts
 
 MODEL = "Qwen3-32B"
@@ -54,11 +55,11 @@ def within(seconds, func, *args, **kwargs):
     return outcome["value"]
 
 
-@pytest.mark.parametrize("index", _volumes.SHARD_INDEXES)
+@pytest.mark.parametrize("index", SHARD_INDEXES)
 def test_fifo_index_is_reported_and_makes_the_weights_unusable(tmp_path, index):
     _path, weights = make_volume(tmp_path)
     os.mkfifo(os.path.join(weights, index))
-    volumes, warnings = within(5, _volumes.scan_root, str(tmp_path))
+    volumes, warnings = within(5, scan_root, str(tmp_path))
     assert warnings == []
     (volume,) = volumes
     assert volume["weights"]["complete"] and not volume["weights"]["usable"]
@@ -68,11 +69,11 @@ def test_fifo_index_is_reported_and_makes_the_weights_unusable(tmp_path, index):
 
 def test_fifo_manifest_is_reported(tmp_path):
     _path, weights = make_volume(tmp_path)
-    os.mkfifo(os.path.join(weights, _volumes.MANIFEST_NAME))
-    (volume,) = within(5, _volumes.scan_root, str(tmp_path))[0]
+    os.mkfifo(os.path.join(weights, MANIFEST_NAME))
+    (volume,) = within(5, scan_root, str(tmp_path))[0]
     assert volume["manifest"]["present"] and volume["manifest"]["data"] is None
     assert "fifo" in volume["manifest"]["error"]
-    assert any(_volumes.MANIFEST_NAME in problem for problem in volume["problems"])
+    assert any(MANIFEST_NAME in problem for problem in volume["problems"])
     assert volume["weights"]["usable"]
 
 
@@ -85,8 +86,8 @@ def test_links_inside_a_volume_are_not_followed(tmp_path):
     root = tmp_path / "root"
     _path, weights = make_volume(root)
     os.symlink(secret, os.path.join(weights, "model.safetensors.index.json"))
-    os.symlink(secret, os.path.join(weights, _volumes.MANIFEST_NAME))
-    (volume,) = _volumes.scan_root(str(root))[0]
+    os.symlink(secret, os.path.join(weights, MANIFEST_NAME))
+    (volume,) = scan_root(str(root))[0]
     assert "root-only-name.safetensors" not in json.dumps(volume)
     assert "secret" not in json.dumps(volume["manifest"]["data"])
     assert not volume["weights"]["usable"]
@@ -100,7 +101,7 @@ def test_weights_directory_that_is_a_link_is_not_followed(tmp_path):
     _path, weights = make_volume(root)
     os.rename(weights, weights + ".real")
     os.symlink(other_weights, weights)
-    (volume,) = _volumes.scan_root(str(root))[0]
+    (volume,) = scan_root(str(root))[0]
     assert not volume["weights"]["complete"]
     assert any("weights not inspected" in problem for problem in volume["problems"])
 
@@ -109,7 +110,7 @@ def test_alias_of_a_volume_is_still_resolved(tmp_path):
     path, _weights = make_volume(tmp_path)
     alias = tmp_path / "volume_id_tt_transformers-Qwen3-32B-v0.17.0"
     os.symlink(os.path.basename(path), alias)
-    by_name = {v["name"]: v for v in _volumes.scan_root(str(tmp_path))[0]}
+    by_name = {v["name"]: v for v in scan_root(str(tmp_path))[0]}
     assert by_name[alias.name]["weights"]["usable"] and by_name[alias.name]["problems"] == []
 
 

@@ -1,6 +1,6 @@
 # Copyright (c) ttfleet.inference contributors
 # SPDX-License-Identifier: Apache-2.0
-"""Unit tests for plugins/module_utils/_volumes.py."""
+"""Unit tests for plugins/module_utils/_volumes/."""
 
 from __future__ import annotations
 
@@ -9,21 +9,23 @@ import os
 
 import pytest
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _volumes as vol
-from ansible_collections.ttfleet.inference.plugins.module_utils._volumes import (
-    VolumeError,
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.atomic import TEMP_PREFIX
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.alias import (
     apply_plan,
-    expand_roots,
-    expected_volume,
     plan_absent,
     plan_alias,
-    scan_root,
-    scan_roots,
+)
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.candidates import (
+    expected_volume,
     select_candidates,
+)
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.checks import VolumeError
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.contents import (
     tensor_cache_meshes,
     tree_size,
     weights_status,
 )
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.scan import expand_roots, scan_root, scan_roots
 
 QB2 = "volume_id_tt_transformers-Qwen3-32B-vqb2_launch"
 EXPECTED = "volume_id_tt_transformers-Qwen3-32B-v0.17.0"
@@ -256,7 +258,7 @@ def test_scan_root_unreadable_root_warns(tmp_path, monkeypatch):
     def deny(_path):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(vol.os, "listdir", deny)
+    monkeypatch.setattr(os, "listdir", deny)
     volumes, warnings = scan_root(str(tmp_path))
     assert volumes == [] and "Permission denied" in warnings[0]
 
@@ -434,7 +436,7 @@ def test_alias_replaces_link_atomically_and_returns_previous(tree, monkeypatch):
         calls.append((a, b))
         return real_replace(a, b)
 
-    monkeypatch.setattr(vol.os, "replace", spy)
+    monkeypatch.setattr(os, "replace", spy)
     plan = plan_alias(path, other)
     assert plan["action"] == "replace" and plan["previous_target"] == QB2
     assert plan["diff"]["before"] == QB2 + "\n"
@@ -442,7 +444,7 @@ def test_alias_replaces_link_atomically_and_returns_previous(tree, monkeypatch):
     assert os.readlink(path) == os.path.basename(other)
     assert len(calls) == 1 and calls[0][1] == path
     assert os.path.dirname(calls[0][0]) == str(tree)
-    assert not [n for n in os.listdir(tree) if n.startswith(vol.TEMP_PREFIX)]
+    assert not [n for n in os.listdir(tree) if n.startswith(TEMP_PREFIX)]
 
 
 def test_alias_replaces_dangling_link(tree):
@@ -581,7 +583,7 @@ def test_alias_rejects_bad_text_before_touching_filesystem(monkeypatch, field, v
         raise AssertionError("filesystem touched")
 
     for name in ("lstat", "stat", "readlink", "listdir", "scandir"):
-        monkeypatch.setattr(vol.os, name, forbidden)
+        monkeypatch.setattr(os, name, forbidden)
     args = {"path": "/tmp/alias", "src": "/tmp/src", "allowed_roots": None}
     args[field] = [value] if field == "allowed_roots" else value
     with pytest.raises(VolumeError, match=match):

@@ -12,7 +12,19 @@ import threading
 
 import pytest
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _safefile as sf
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.atomic import create_temp, write_atomic, write_json
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.attrs import set_attrs
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.dirs import makedirs, open_dir, opened_dir
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.files import open_file, read_bytes, read_json
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.space import free_bytes, human_bytes
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.trees import (
+    MAX_TREE_DEPTH,
+    copy_file,
+    own_tree,
+    remove_tree,
+    walk,
+)
 
 ROOT = os.geteuid() == 0
 
@@ -37,8 +49,8 @@ def _victim_intact(victim):
 def test_open_dir_refuses_a_link_in_a_writable_directory(tree):
     volume, victim = tree
     (volume / "weights").symlink_to(victim.parent)
-    with pytest.raises(sf.SafeFileError, match="symbolic link in a directory that a non-root user can write"):
-        sf.open_dir(str(volume / "weights"))
+    with pytest.raises(SafeFileError, match="symbolic link in a directory that a non-root user can write"):
+        open_dir(str(volume / "weights"))
 
 
 @pytest.mark.skipif(not ROOT, reason="a root-only directory needs root")
@@ -47,7 +59,7 @@ def test_open_dir_follows_a_link_in_a_root_only_directory(tmp_path):
     trusted.mkdir(mode=0o755)
     (tmp_path / "real").mkdir()
     (trusted / "alias").symlink_to(tmp_path / "real")
-    fd = sf.open_dir(str(trusted / "alias"))
+    fd = open_dir(str(trusted / "alias"))
     try:
         assert os.fstat(fd).st_ino == (tmp_path / "real").stat().st_ino
     finally:
@@ -56,8 +68,8 @@ def test_open_dir_follows_a_link_in_a_root_only_directory(tmp_path):
 
 def test_open_dir_refuses_dotdot_and_relative_paths():
     for bad in ("relative/path", "/tmp/../etc", "/tmp/\0x"):
-        with pytest.raises(sf.SafeFileError):
-            sf.open_dir(bad)
+        with pytest.raises(SafeFileError):
+            open_dir(bad)
 
 
 @pytest.mark.parametrize("kind", ["fifo", "symlink", "directory", "socket"])
@@ -78,13 +90,13 @@ def test_open_file_refuses_everything_but_a_regular_file(tree, kind):
         with contextlib.chdir(volume):
             sock.bind(name.name)
         sock.close()
-    with sf.opened_dir(str(volume)) as dirfd:
+    with opened_dir(str(volume)) as dirfd:
         result = {}
 
         def attempt():
             try:
-                sf.read_json(dirfd, name.name)
-            except sf.SafeFileError as exc:
+                read_json(dirfd, name.name)
+            except SafeFileError as exc:
                 result["error"] = str(exc)
 
         worker = threading.Thread(target=attempt, daemon=True)
@@ -98,21 +110,21 @@ def test_open_file_refuses_everything_but_a_regular_file(tree, kind):
 def test_read_bytes_caps_size_and_reports_missing(tree):
     volume, _victim = tree
     (volume / "big").write_bytes(b"x" * 100)
-    with sf.opened_dir(str(volume)) as dirfd:
-        assert sf.read_bytes(dirfd, "absent", 10) is None
-        with pytest.raises(sf.SafeFileError, match="larger than 10 bytes"):
-            sf.read_bytes(dirfd, "big", 10)
+    with opened_dir(str(volume)) as dirfd:
+        assert read_bytes(dirfd, "absent", 10) is None
+        with pytest.raises(SafeFileError, match="larger than 10 bytes"):
+            read_bytes(dirfd, "big", 10)
 
 
 def test_read_json_names_bad_content(tree):
     volume, _victim = tree
     (volume / "list.json").write_text("[1, 2]")
     (volume / "bad.json").write_text("{")
-    with sf.opened_dir(str(volume)) as dirfd:
-        with pytest.raises(sf.SafeFileError, match=r"list\.json: does not hold a JSON object"):
-            sf.read_json(dirfd, "list.json")
-        with pytest.raises(sf.SafeFileError, match=r"bad\.json: is not valid JSON"):
-            sf.read_json(dirfd, "bad.json")
+    with opened_dir(str(volume)) as dirfd:
+        with pytest.raises(SafeFileError, match=r"list\.json: does not hold a JSON object"):
+            read_json(dirfd, "list.json")
+        with pytest.raises(SafeFileError, match=r"bad\.json: is not valid JSON"):
+            read_json(dirfd, "bad.json")
 
 
 def test_write_atomic_never_writes_through_a_planted_link(tree):
@@ -121,9 +133,9 @@ def test_write_atomic_never_writes_through_a_planted_link(tree):
     for pid in range(os.getpid(), os.getpid() + 50):
         (volume / f".ttfleet-tmp-marker.json.{pid}").symlink_to(victim)
     (volume / "marker.json").symlink_to(victim)
-    with sf.opened_dir(str(volume)) as dirfd:
-        sf.write_json(dirfd, "marker.json", {"a": 1}, mode=0o644, owner=(os.getuid(), os.getgid()))
-        assert sf.read_json(dirfd, "marker.json") == {"a": 1}
+    with opened_dir(str(volume)) as dirfd:
+        write_json(dirfd, "marker.json", {"a": 1}, mode=0o644, owner=(os.getuid(), os.getgid()))
+        assert read_json(dirfd, "marker.json") == {"a": 1}
     assert (volume / "marker.json").is_file() and not (volume / "marker.json").is_symlink()
     assert _victim_intact(victim)
     assert not [p for p in volume.iterdir() if p.name.startswith(".ttfleet-tmp-") and not p.is_symlink()]
@@ -132,18 +144,18 @@ def test_write_atomic_never_writes_through_a_planted_link(tree):
 def test_write_atomic_refuses_to_replace_a_directory(tree):
     volume, _victim = tree
     (volume / "marker.json").mkdir()
-    with sf.opened_dir(str(volume)) as dirfd, pytest.raises(sf.SafeFileError, match="is a directory"):
-        sf.write_atomic(dirfd, "marker.json", b"{}")
+    with opened_dir(str(volume)) as dirfd, pytest.raises(SafeFileError, match="is a directory"):
+        write_atomic(dirfd, "marker.json", b"{}")
     assert (volume / "marker.json").is_dir()
     assert [p.name for p in volume.iterdir()] == ["marker.json"]
 
 
 def test_create_temp_is_random_and_exclusive(tree):
     volume, _victim = tree
-    with sf.opened_dir(str(volume)) as dirfd:
+    with opened_dir(str(volume)) as dirfd:
         names = set()
         for _attempt in range(20):
-            fd, name = sf.create_temp(dirfd, "part")
+            fd, name = create_temp(dirfd, "part")
             os.close(fd)
             names.add(name)
         assert len(names) == 20
@@ -153,10 +165,10 @@ def test_create_temp_is_random_and_exclusive(tree):
 def test_makedirs_refuses_a_link_on_the_way_and_creates_with_owner(tree):
     volume, victim = tree
     (volume / "tt_metal_cache").symlink_to(victim.parent)
-    with sf.opened_dir(str(volume)) as dirfd:
-        with pytest.raises(sf.SafeFileError, match="tt_metal_cache: is a symlink"):
-            sf.makedirs(dirfd, "tt_metal_cache/cache_X/P300x2")
-        fd = sf.makedirs(dirfd, "weights/Qwen3-32B", mode=0o750, owner=(os.getuid(), os.getgid()))
+    with opened_dir(str(volume)) as dirfd:
+        with pytest.raises(SafeFileError, match="tt_metal_cache: is a symlink"):
+            makedirs(dirfd, "tt_metal_cache/cache_X/P300x2")
+        fd = makedirs(dirfd, "weights/Qwen3-32B", mode=0o750, owner=(os.getuid(), os.getgid()))
         os.close(fd)
     assert stat.S_IMODE((volume / "weights" / "Qwen3-32B").stat().st_mode) == 0o750
     assert sorted(p.name for p in victim.parent.iterdir()) == ["victim", "volume"]
@@ -167,8 +179,8 @@ def test_walk_reports_links_and_never_enters_them(tree):
     (volume / "a").mkdir()
     (volume / "a" / "f").write_text("x")
     (volume / "a" / "out").symlink_to(victim.parent)
-    with sf.opened_dir(str(volume)) as dirfd:
-        seen = {(rel, name): stat.S_IFMT(st.st_mode) for rel, _fd, entries in sf.walk(dirfd) for name, st in entries}
+    with opened_dir(str(volume)) as dirfd:
+        seen = {(rel, name): stat.S_IFMT(st.st_mode) for rel, _fd, entries in walk(dirfd) for name, st in entries}
     assert seen[("a", "out")] == stat.S_IFLNK
     assert not any(rel.startswith("a/out") for rel, _name in seen)
 
@@ -178,9 +190,9 @@ def test_remove_tree_removes_links_not_their_targets(tree):
     (volume / "old" / "sub").mkdir(parents=True)
     (volume / "old" / "sub" / "link").symlink_to(victim)
     (volume / "old" / "dirlink").symlink_to(victim.parent)
-    with sf.opened_dir(str(volume)) as dirfd:
-        sf.remove_tree(dirfd, "old")
-        sf.remove_tree(dirfd, "never-there")
+    with opened_dir(str(volume)) as dirfd:
+        remove_tree(dirfd, "old")
+        remove_tree(dirfd, "never-there")
     assert not (volume / "old").exists()
     assert _victim_intact(victim)
 
@@ -220,12 +232,12 @@ def _unnest(dirfd):
             os.close(fd)
 
 
-@pytest.mark.parametrize("depth", [1, 50, sf.MAX_TREE_DEPTH])
+@pytest.mark.parametrize("depth", [1, 50, MAX_TREE_DEPTH])
 def test_remove_tree_removes_deep_trees_without_recursion(tree, depth):
     volume, victim = tree
-    with sf.opened_dir(str(volume)) as dirfd:
+    with opened_dir(str(volume)) as dirfd:
         _nest(dirfd, depth)
-        sf.remove_tree(dirfd, "d")
+        remove_tree(dirfd, "d")
     assert not (volume / "d").exists()
     assert _victim_intact(victim)
 
@@ -233,11 +245,11 @@ def test_remove_tree_removes_deep_trees_without_recursion(tree, depth):
 def test_remove_tree_refuses_a_tree_deeper_than_its_limit_with_a_clear_error(tree):
     # Deeper than Python's recursion limit: the recursive version crashed with RecursionError.
     volume, victim = tree
-    with sf.opened_dir(str(volume)) as dirfd:
+    with opened_dir(str(volume)) as dirfd:
         _nest(dirfd, 1200)
         try:
-            with pytest.raises(sf.SafeFileError, match=f"nested more than {sf.MAX_TREE_DEPTH} directories deep"):
-                sf.remove_tree(dirfd, "d")
+            with pytest.raises(SafeFileError, match=f"nested more than {MAX_TREE_DEPTH} directories deep"):
+                remove_tree(dirfd, "d")
             assert (volume / "d").is_dir()
             assert _victim_intact(victim)
             assert len(os.listdir("/proc/self/fd")) < 64, "remove_tree left descriptors open"
@@ -258,11 +270,11 @@ def test_own_tree_reowns_files_and_dirs_and_leaves_links_and_fifos(tree):
     os.mkfifo(weights / "fifo")
     for p in (weights, weights / "sub", weights / "config.json", weights / "run.sh"):
         os.lchown(p, 1000, 1000)
-    with sf.opened_dir(str(weights)) as dirfd:
-        changed, skipped = sf.own_tree(dirfd, (0, 0), 0o755, 0o644, exec_mode=0o755)
+    with opened_dir(str(weights)) as dirfd:
+        changed, skipped = own_tree(dirfd, (0, 0), 0o755, 0o644, exec_mode=0o755)
         assert changed == 4
         assert sorted(skipped) == ["fifo", "link"]
-        assert sf.own_tree(dirfd, (0, 0), 0o755, 0o644, exec_mode=0o755) == (0, ["fifo", "link"])
+        assert own_tree(dirfd, (0, 0), 0o755, 0o644, exec_mode=0o755) == (0, ["fifo", "link"])
     assert (weights / "config.json").stat().st_uid == 0
     assert stat.S_IMODE((weights / "config.json").stat().st_mode) == 0o644
     assert stat.S_IMODE((weights / "run.sh").stat().st_mode) == 0o755
@@ -273,11 +285,11 @@ def test_own_tree_reowns_files_and_dirs_and_leaves_links_and_fifos(tree):
 def test_set_attrs_never_widens_a_hardlinked_root_file(tree):
     volume, victim = tree
     os.link(victim, volume / "config.json")
-    with sf.opened_dir(str(volume)) as dirfd:
-        fd, st = sf.open_file(dirfd, "config.json")
+    with opened_dir(str(volume)) as dirfd:
+        fd, st = open_file(dirfd, "config.json")
         try:
-            with pytest.raises(sf.SafeFileError, match="several hard links"):
-                sf.set_attrs(fd, 0o644, (0, 0), st)
+            with pytest.raises(SafeFileError, match="several hard links"):
+                set_attrs(fd, 0o644, (0, 0), st)
         finally:
             os.close(fd)
     assert _victim_intact(victim)
@@ -289,12 +301,12 @@ def test_copy_file_refuses_links_and_caps_bytes(tree):
     (volume / "dst").mkdir()
     (volume / "src" / "a").write_bytes(b"abc")
     (volume / "src" / "b").symlink_to(victim)
-    with sf.opened_dir(str(volume / "src")) as src, sf.opened_dir(str(volume / "dst")) as dst:
-        assert sf.copy_file(src, "a", dst, "a", mode=0o640) == 3
-        with pytest.raises(sf.SafeFileError, match="not followed"):
-            sf.copy_file(src, "b", dst, "b")
-        with pytest.raises(sf.SafeFileError, match="larger than 2 bytes"):
-            sf.copy_file(src, "a", dst, "c", limit=2)
+    with opened_dir(str(volume / "src")) as src, opened_dir(str(volume / "dst")) as dst:
+        assert copy_file(src, "a", dst, "a", mode=0o640) == 3
+        with pytest.raises(SafeFileError, match="not followed"):
+            copy_file(src, "b", dst, "b")
+        with pytest.raises(SafeFileError, match="larger than 2 bytes"):
+            copy_file(src, "a", dst, "c", limit=2)
     assert (volume / "dst" / "a").read_bytes() == b"abc"
     assert stat.S_IMODE((volume / "dst" / "a").stat().st_mode) == 0o640
     assert sorted(p.name for p in (volume / "dst").iterdir()) == ["a"]
@@ -302,8 +314,8 @@ def test_copy_file_refuses_links_and_caps_bytes(tree):
 
 
 def test_human_bytes_and_free_bytes(tmp_path):
-    assert sf.human_bytes(512) == "512 B"
-    assert sf.human_bytes(1536) == "1.5 KiB"
-    assert sf.free_bytes(str(tmp_path / "not" / "yet")) > 0
-    with sf.opened_dir(str(tmp_path)) as fd:
-        assert sf.free_bytes(fd) > 0
+    assert human_bytes(512) == "512 B"
+    assert human_bytes(1536) == "1.5 KiB"
+    assert free_bytes(str(tmp_path / "not" / "yet")) > 0
+    with opened_dir(str(tmp_path)) as fd:
+        assert free_bytes(fd) > 0
