@@ -22,7 +22,13 @@ import posixpath
 import re
 from typing import TYPE_CHECKING
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._entrypoint import (
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.derive import derive
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.devices import (
+    is_multihost,
+    sdxl_cpp_devices,
+    sdxl_cpp_settings,
+)
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.entrypoint import (
     TT_CONFIG_ARGS,
     Generation,
     check_carried,
@@ -31,29 +37,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._entrypoint impo
     json_arguments,
     tt_config_of,
 )
-from ansible_collections.ttfleet.inference.plugins.module_utils._images import ImageError, map_image
-from ansible_collections.ttfleet.inference.plugins.module_utils._overrides import (
-    VLLM_ARG_TO_ENV,
-    drop_reserved,
-    needs_runtime_spec,
-    override_cli_args,
-    strip_private,
-)
-from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
-    MIN_CURRENT_INTERFACE_VERSION,
-    SpecError,
-    check_image,
-    derive,
-    is_legacy_interface,
-    override_image,
-    parse_image_version,
-    parse_version_tuple,
-)
-from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.devices import (
-    is_multihost,
-    sdxl_cpp_devices,
-    sdxl_cpp_settings,
-)
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.errors import SpecError
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names import (
     CONTAINER_CACHE_ROOT,
     CONTAINER_HOME,
@@ -63,12 +47,29 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names impo
     container_path,
     sanitise_name,
 )
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.overrides import (
+    VLLM_ARG_TO_ENV,
+    drop_reserved,
+    needs_runtime_spec,
+    override_cli_args,
+    strip_private,
+)
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.tags import (
+    MIN_CURRENT_INTERFACE_VERSION,
+    check_image,
+    is_legacy_interface,
+    override_image,
+    parse_image_version,
+    parse_version_tuple,
+)
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
     from typing import Any, TypedDict
 
     JSON = dict[str, Any]
+    # (image, what) -> (the reference to run, the mirror prefix that mapped it or None)
+    ImageMap = Callable[[str, str], tuple[str, str | None]]
 
     class Rules(TypedDict):
         """The release-dependent rules of ``_rules``."""
@@ -216,7 +217,7 @@ def _legacy_message(derived: Mapping[str, Any], image: str, version: str, releas
 
 
 def image_generation(image: str) -> Generation:
-    """The start-up generation (_entrypoint) of a vLLM ``image``: by the version its tag starts with for an image of
+    """The start-up generation (entrypoint.py) of a vLLM ``image``: by the version its tag starts with for an image of
     tt-inference-server (its registry path or a ``vllm-tt-metal`` repository at a mirror), else the current one."""
     repository = image.rsplit("@", 1)[0]
     if ":" in posixpath.basename(repository):
@@ -272,7 +273,7 @@ def _is_cpp(derived: Mapping[str, Any], rules: Rules) -> bool:
 def _spec_env(spec: Mapping[str, Any], derived: Mapping[str, Any], rules: Rules) -> dict[str, str]:
     """The spec's environment run.py passes to media and forge images, without the names the collection reserves.
 
-    Those (_overrides.RESERVED_ENV: auth, caches, weights, spec path) are set by the collection after this, or left
+    Those (overrides.RESERVED_ENV: auth, caches, weights, spec path) are set by the collection after this, or left
     unset on purpose (NO_AUTH without no_auth), so a spec never decides them.
     """
     if not rules["media_spec_env"]:
@@ -351,7 +352,7 @@ def _dev_mounts(
             except OSError as exc:
                 raise SpecError(
                     f"cannot list {media_server} to mount it as run.py --dev-mode does: {exc.strerror or exc}"
-                ) from None
+                ) from exc
             for entry in entries:
                 if entry != "cpp_server":
                     source = _absolute_path(f"{media_server}/{entry}", "tt-media-server entry", mount=True)
@@ -380,7 +381,7 @@ def _runtime_model_spec(spec: Mapping[str, Any], port: int, gen: Generation, ima
         try:
             check_carried(where, vllm_args, gen, image_version)
         except ValueError as exc:
-            raise SpecError(str(exc)) from None
+            raise SpecError(str(exc)) from exc
         vllm_args = encode_tt_config(vllm_args, tt_config_of(vllm_args, dms.get("override_tt_config")), gen)
     dms["vllm_args"] = {**json_arguments(vllm_args), "port": str(port)}
     runtime["device_model_spec"] = dms
@@ -402,12 +403,14 @@ def container_command(
     host_weights_dir: str | None = None,
     runtime_spec_file: str | None = None,
     tuning: Mapping[str, Any] | None = None,
-    registry_mirrors: Mapping[str, str] | None = None,
+    image_map: ImageMap | None = None,
 ) -> JSON:
     """The ``docker run`` argv that serves ``spec``, as run.py --docker-server prints it.
 
-    ``registry_mirrors`` maps registry prefixes to the site's mirror (``_images.map_image``): the argv then runs
-    the mapped reference, returned as ``image`` (``image_origin`` is the spec's or the override's).
+    ``image_map(image, what)`` gives the reference to run and the registry prefix that mapped it, or raises naming
+    ``what``: the caller's site mirrors (tt_registry_mirrors, through the images layer above this one). The argv
+    then runs the mapped reference, returned as ``image`` (``image_origin`` is the spec's or the override's); without
+    it the image runs as named.
 
     Returns a dict with ``argv``, ``image``, ``container_name``, ``env_file``, ``version`` (after an
     image override), ``volume`` (host directory or Docker named volume), ``legacy_interface`` (of the
@@ -415,7 +418,7 @@ def container_command(
     the JSON document to write to ``runtime_spec_file``, else None). Raises SpecError for what run.py
     would refuse.
 
-    ``spec`` has its tuning applied already (_spec.select_entry); ``tuning`` (from _overrides.check_tuning) adds
+    ``spec`` has its tuning applied already (select.select_entry); ``tuning`` (from overrides.check_tuning) adds
     the container arguments of ``--vllm-override-args``, as run.py does for vLLM images. Where those arguments
     cannot carry the tuning (a removal, the TT config, extra environment) or the spec is not in the image's
     catalog (a runtime model spec), a vLLM container gets the resolved spec as run.py --dev-mode passes it: a
@@ -548,10 +551,7 @@ def container_command(
             argv += ["-e", f"{key}={value}"]
 
     # The site's mirror of the image (tt_registry_mirrors): only the registry prefix changes.
-    try:
-        pulled, mirror_prefix = map_image(image, registry_mirrors, f"the image of {derived['model_name']}")
-    except ImageError as exc:
-        raise SpecError(str(exc)) from None
+    pulled, mirror_prefix = image_map(image, f"the image of {derived['model_name']}") if image_map else (image, None)
     argv.append(pulled)
     if engine == "vLLM" or not rules["split_publish"]:
         argv += ["--model", derived["hf_model_repo"], "--tt-device", derived["device"]]

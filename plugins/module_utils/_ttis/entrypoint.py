@@ -7,7 +7,7 @@ Private to the collection. Pure functions, standard library only.
 
 Every vLLM image starts ``vllm-tt-metal/src/run_vllm_api_server.py`` of the release that built it (the version its tag
 starts with), and that release's vLLM reads the TT config from the argument its ``workflows/model_spec.py`` writes. The
-rules differ by generation; the collection's run.py rules (``_container._rules``) are keyed on the *catalog's* release,
+rules differ by generation; the collection's run.py rules (``container._rules``) are keyed on the *catalog's* release,
 these on the *image's*, because a catalog pins images of many older releases (v0.20.0 pins 0.11.1 for 15 specs).
 
 ``tests/fixtures/ttis/entrypoint-parity.json`` records the same facts as derived from upstream's code at each release,
@@ -50,7 +50,7 @@ class Generation(NamedTuple):
     weights_always_checked: bool
 
 
-# Oldest first. The interface before 0.11.0 (TT_MODEL_SPEC_JSON_PATH, gosu) is refused by _container (legacy).
+# Oldest first. The interface before 0.11.0 (TT_MODEL_SPEC_JSON_PATH, gosu) is refused by container.py (legacy).
 GENERATIONS = (
     Generation((0, 11, 0), "0.11", False, False, "override_tt_config", False, False),
     Generation((0, 12, 0), "0.12-0.14", True, True, "override_tt_config", False, False),
@@ -77,7 +77,7 @@ def generation(version: tuple[int, ...] | None) -> Generation:
 def tt_config_of(vllm_args: Mapping[str, Any], override_tt_config: object) -> JSON:
     """The TT config a spec carries: its ``device_model_spec.override_tt_config``, else the one in its vLLM arguments.
 
-    ``_overrides.apply_overrides`` keeps the two in step; a runtime spec may give only the argument.
+    ``overrides.apply_overrides`` keeps the two in step; a runtime spec may give only the argument.
     """
     if isinstance(override_tt_config, dict) and override_tt_config:
         return dict(override_tt_config)

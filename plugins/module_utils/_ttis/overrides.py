@@ -67,7 +67,7 @@ _MAX_JSON = 64 << 10
 # or an entry's env, a runtime spec's env_vars) passes it. Two rules: the secret-name rule (env lands in 0644 files,
 # the runtime spec and the media argv, visible in /proc), and the reserved names below, which the collection sets
 # itself from its own settings (generate_docker_run_command, get_media_server_docker_env_vars and the vLLM entrypoint
-# run_vllm_api_server.py of TTIS). The collection's values are also applied last (_container), so a reserved name
+# run_vllm_api_server.py of TTIS). The collection's values are also applied last (container.py), so a reserved name
 # that reached a spec some other way still loses.
 _SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSW|API_KEY|ACCESS_KEY|PRIVATE|CREDENTIAL|AUTHORIZATION)", re.IGNORECASE)
 # The same rule for the server's arguments, where TOKEN counts only as the last word (max_num_batched_tokens and
@@ -163,7 +163,7 @@ DEVICE_SPEC_FIELDS = frozenset(
     )
 )
 IMPL_REQUIRED = ("impl_id", "impl_name")
-# InferenceEngine values of TTIS (_spec.canonical_engine takes them from here).
+# InferenceEngine values of TTIS (select.canonical_engine takes them from here).
 ENGINES = ("vLLM", "media", "forge")
 # ModelSpec.__post_init__: the environment of vLLM images (not forge or media).
 VLLM_DEFAULT_ENV = {
@@ -213,7 +213,7 @@ def _mapping(where: str, option: str, value: object) -> JSON:
             raise TuningError(
                 f"{where}: {option} {_show(value)} is not JSON ({exc}); give a mapping, for example "
                 '{"max_num_seqs": 8, "max_model_len": 65536}.'
-            ) from None
+            ) from exc
     if not isinstance(value, dict):
         raise TuningError(
             f"{where}: {option} must be a mapping (a JSON object), got {_show(value)}; for example "
@@ -429,7 +429,7 @@ def runtime_spec(data: object, where: str) -> JSON:
         try:
             data = json.loads(data)
         except ValueError as exc:
-            raise TuningError(f"{where}: spec is not JSON ({exc}); give run.py's runtime model spec format.") from None
+            raise TuningError(f"{where}: spec is not JSON ({exc}); give run.py's runtime model spec format.") from exc
     if not isinstance(data, dict):
         raise TuningError(f"{where}: spec must be a mapping in run.py's runtime model spec format, got {_show(data)}.")
     if "runtime_model_spec" in data and isinstance(data.get("runtime_model_spec"), dict):

@@ -22,7 +22,7 @@ import copy
 import re
 from typing import TYPE_CHECKING, TypeVar
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._overrides import (
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.overrides import (
     TuningError,
     check_tuning,
     gate_env,
@@ -165,11 +165,11 @@ def check_extra_repos(value: object, where: str) -> list[JSON]:
 
 
 def _gated(gate: Callable[[str, str, Any], _T], where: str, field: str, value: Any) -> _T:
-    """``value`` through one of the env gate's checks (_overrides.gate_env, gate_vllm_args), as a ProfileError."""
+    """``value`` through one of the env gate's checks (overrides.gate_env, gate_vllm_args), as a ProfileError."""
     try:
         return gate(where, field, value)
     except TuningError as exc:
-        raise ProfileError(str(exc)) from None
+        raise ProfileError(str(exc)) from exc
 
 
 def _check_timeouts(settings: Mapping[str, Any], where: str) -> None:
@@ -394,7 +394,7 @@ def expand_entries(
             # Refused here, before any role changes anything (run.py would only warn and drop them).
             check_tuning(where, merged)
         except TuningError as exc:
-            raise ProfileError(str(exc)) from None
+            raise ProfileError(str(exc)) from exc
         entry.update(merged)
         out.append(entry)
     return out
