@@ -24,16 +24,16 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPEC_FIXTURE = os.path.join(ROOT, "tests", "fixtures", "specs", "release_model_spec-v0.20.0.json.gz")
-SPEC_UTIL = os.path.join(ROOT, "plugins", "module_utils", "_spec.py")
+MODULE_UTILS = os.path.join(ROOT, "plugins", "module_utils")
 HOST_DIR = "/var/tmp/ttfleet-bench"
 
 ON_HOST = r"""
 import sys, time
 sys.path.insert(0, sys.argv[1])
 t0 = time.perf_counter()
-import _spec
-catalog = _spec.load_catalog(tt_inference_server_dir=sys.argv[2] or None, spec_file=sys.argv[3] or None)
-result = _spec.resolve(catalog, "Qwen3-32B", "p300x2", volume_root="/var/lib/tt-cache")
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import derive, source
+catalog = source.load_catalog(tt_inference_server_dir=sys.argv[2] or None, spec_file=sys.argv[3] or None)
+result = derive.resolve(catalog, "Qwen3-32B", "p300x2", volume_root="/var/lib/tt-cache")
 print(time.perf_counter() - t0, catalog["source"], result["volume_name"])
 """
 
@@ -88,8 +88,10 @@ def main():
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
 
-    docker("exec", args.host, "mkdir", "-p", HOST_DIR)
-    docker("cp", SPEC_UTIL, f"{args.host}:{HOST_DIR}/_spec.py")
+    plugins = f"{HOST_DIR}/ansible_collections/ttfleet/inference/plugins"
+    docker("exec", args.host, "rm", "-rf", f"{HOST_DIR}/ansible_collections")
+    docker("exec", args.host, "mkdir", "-p", plugins)
+    docker("cp", MODULE_UTILS, f"{args.host}:{plugins}/module_utils")
     with tempfile.TemporaryDirectory() as tmp:
         plain = os.path.join(tmp, "release_model_spec.json")
         subprocess.run(["sh", "-c", f"gzip -dc '{SPEC_FIXTURE}' > '{plain}'"], check=True)

@@ -4,8 +4,8 @@
     spec_images.py --specs tests/fixtures/specs --release v0.18.0 --release v0.20.0 Qwen3-32B@p300x2 ...
 
 The specs are the real release_model_spec.json exports in tests/fixtures/specs; names are resolved as the
-collection resolves them (plugins/module_utils/_spec.py: load_spec_file + resolve), so the lab's stand-in image
-is tagged with exactly the images the serve role will ask Docker for.
+collection resolves them (plugins/module_utils/_ttis: catalog.load_spec_file + derive.resolve), so the lab's stand-in
+image is tagged with exactly the images the serve role will ask Docker for.
 """
 
 import argparse
@@ -16,7 +16,8 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, ".ansible", "collections"))
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _spec
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import catalog as ttis_catalog
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import derive as ttis_derive
 
 
 def main(argv=None):
@@ -27,10 +28,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
     images = []
     for release in args.release:
-        catalog = _spec.load_spec_file(os.path.join(args.specs, f"release_model_spec-{release}.json.gz"))
+        catalog = ttis_catalog.load_spec_file(os.path.join(args.specs, f"release_model_spec-{release}.json.gz"))
         for pair in args.pairs:
             model, _sep, device = pair.rpartition("@")
-            image = _spec.resolve(catalog, model, device)["docker_image"]
+            image = ttis_derive.resolve(catalog, model, device)["docker_image"]
             if image not in images:
                 images.append(image)
     print(json.dumps(images))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._packages import ProfileError, expand_entries
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.packages import ProfileError, expand_entries
 
 
 def tt_model_entries(

@@ -12,18 +12,16 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
-    SpecError,
-    check_name,
-    is_legacy_interface,
-)
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.devices import mesh_name
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.errors import SpecError
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names import (
     container_tt_cache_path,
     named_volume,
     tt_metal_cache_subdir,
     volume_name,
 )
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.tags import is_legacy_interface
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.validate import check_name
 
 
 def _fields(filter_name: str, value: object, names: tuple[str, ...], given: tuple[object, ...]) -> list[object]:

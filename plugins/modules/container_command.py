@@ -382,23 +382,26 @@ runtime_model_spec:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._container import (
+from ansible_collections.ttfleet.inference.plugins.module_utils._images import ImageError, map_image
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.container import (
     DEFAULT_BIND_HOST,
     DEFAULT_IMAGE_USER,
     container_command,
 )
-from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
-    SPEC_SOURCE_OPTIONS,
-    SpecError,
-    default_checkout,
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.errors import SpecError
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names import DEFAULT_PORT, sanitise_name
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.select import (
     entry_tuning,
-    load_params_catalog,
     select_entry,
     validate_inputs,
 )
-from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names import DEFAULT_PORT, sanitise_name
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.source import (
+    SPEC_SOURCE_OPTIONS,
+    default_checkout,
+    load_params_catalog,
+)
 
-# The options that make a tt_models entry's spec (_spec.select_entry).
+# The options that make a tt_models entry's spec (_ttis.select.select_entry).
 ENTRY_KEYS = ("impl", "engine", "vllm_override_args", "override_tt_config", "env", "spec", "profile", "kernel_cache")
 
 
@@ -458,9 +461,9 @@ def main() -> None:
             host_weights_dir=params["host_weights_dir"],
             runtime_spec_file=params["runtime_spec_file"],
             tuning=entry_tuning(entry),
-            registry_mirrors=params["registry_mirrors"],
+            image_map=lambda image, what: map_image(image, params["registry_mirrors"], what),
         )
-    except SpecError as exc:
+    except (SpecError, ImageError) as exc:
         module.fail_json(msg=str(exc))
     for warning in catalog.get("warnings", []):
         module.warn(warning)

@@ -122,8 +122,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError
 from ansible_collections.ttfleet.inference.plugins.module_utils._plan.status import host_report
-from ansible_collections.ttfleet.inference.plugins.module_utils._spec import DEFAULT_RELEASE_ROOT
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names import SERVE_STATE_DIR
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.source import DEFAULT_RELEASE_ROOT
 
 
 def main() -> None:

@@ -234,7 +234,10 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._plan.cache impo
     failure_text,
     plan_cache,
 )
-from ansible_collections.ttfleet.inference.plugins.module_utils._spec import DEFAULT_MODEL_SPECS_ENV, MODEL_SPECS_ENVS
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.checkout import (
+    DEFAULT_MODEL_SPECS_ENV,
+    MODEL_SPECS_ENVS,
+)
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.options import WEIGHTS_SOURCE_OPTIONS
 
 ARGUMENT_SPEC = dict(

@@ -401,14 +401,13 @@ uses_tensor_model_cache:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.derive import resolve_params
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.errors import SpecError
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.select import list_models, validate_inputs
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.source import (
     SPEC_SOURCE_OPTIONS,
-    SpecError,
     default_checkout,
-    list_models,
     load_params_catalog,
-    resolve_params,
-    validate_inputs,
 )
 
 

@@ -263,9 +263,9 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._host.preflight 
     unwrap_facts,
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._plan.preflight import model_summaries
-from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.errors import SpecError
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.source import (
     SPEC_SOURCE_OPTIONS,
-    SpecError,
     load_params_catalog,
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.checks import VolumeError

@@ -330,12 +330,12 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._plan.volume import other_releases, plan_volume
-from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.derive import resolve_params
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.errors import SpecError
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.source import (
     SPEC_SOURCE_OPTIONS,
-    SpecError,
     default_checkout,
     load_params_catalog,
-    resolve_params,
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.checks import VolumeError, check_path_text
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.scan import expand_roots, scan_roots

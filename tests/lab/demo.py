@@ -26,7 +26,8 @@ import urllib.request
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, ".ansible", "collections"))
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._spec import load_spec_file, resolve
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.catalog import load_spec_file
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.derive import resolve
 
 SPEC = os.path.join(ROOT, "tests", "fixtures", "specs", "release_model_spec-v0.20.0.json.gz")
 INVENTORY = os.path.join(ROOT, "inventories", "lab")

@@ -7,11 +7,9 @@ import subprocess
 
 import pytest
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
-    is_legacy_interface,
-    load_spec_file,
-    resolve,
-)
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.catalog import load_spec_file
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.derive import resolve
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.tags import is_legacy_interface
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 INVENTORY = os.path.join(ROOT, "inventories", "example")

@@ -66,7 +66,7 @@ def test_no_role_reads_or_sets_another_roles_private_variables(role):
 
 def test_the_release_root_is_written_once():
     """/opt/tt-inference-server is tt_release_root's default (fleet_defaults) and nowhere else in roles and playbooks
-    (the modules take theirs from _spec.DEFAULT_RELEASE_ROOT)."""
+    (the modules take theirs from _ttis.source.DEFAULT_RELEASE_ROOT)."""
     hits = [
         f"{path}:{number}"
         for path, text in _files(["roles", "playbooks"], (".yml", ".j2", ".sh", ".py"))

@@ -1,6 +1,6 @@
 # Copyright (c) ttfleet.inference contributors
 # SPDX-License-Identifier: Apache-2.0
-"""The import path of _spec.py against a stand-in checkout, the model_spec module and the filters."""
+"""The import path of _ttis/checkout.py against a stand-in checkout, the model_spec module and the filters."""
 
 from __future__ import annotations
 
@@ -15,8 +15,11 @@ from ansible.errors import AnsibleFilterError
 from conftest import patch_module_args
 
 from ansible_collections.ttfleet.inference.plugins.filter import tt_names
-from ansible_collections.ttfleet.inference.plugins.module_utils import _spec as spec_utils
-from ansible_collections.ttfleet.inference.plugins.module_utils._spec import SpecError
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import catalog as ttis_catalog
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import checkout as ttis_checkout
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import derive as ttis_derive
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import source as ttis_source
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.errors import SpecError
 from ansible_collections.ttfleet.inference.plugins.modules import model_spec as model_spec_module
 
 SPEC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "specs")
@@ -135,33 +138,33 @@ def make_stand_in_checkout(root, with_release_file=False):
 def test_checkout_code_is_imported(tmp_path, monkeypatch):
     monkeypatch.setenv("MODEL_SPECS_ENV", "dev")
     checkout = make_stand_in_checkout(tmp_path, with_release_file=True)
-    catalog = spec_utils.load_checkout(checkout)
+    catalog = ttis_checkout.load_checkout(checkout)
     assert catalog["source"] == "checkout_code"
     assert catalog["release_version"] == "9.9.9"
     assert catalog["device_mesh"]["NEW_BOX"] == "NB"
     assert catalog["warnings"] == []
-    result = spec_utils.resolve(catalog, "Tiny-1B", "p300x2")
+    result = ttis_derive.resolve(catalog, "Tiny-1B", "p300x2")
     assert result["volume_name"] == "volume_id_tt_transformers-Tiny-1B-v0.17.0"
     assert result["mesh"] == "P300x2"
     assert result["spec_source"] == "checkout_code"
     # A device the loader only knows from the checkout's own DeviceTypes.
-    assert spec_utils.resolve(catalog, "example/Tiny-1B", "new_box")["mesh"] == "NB"
-    assert spec_utils.resolve(catalog, "Tiny-1B", "n150")["legacy_interface"] is True
+    assert ttis_derive.resolve(catalog, "example/Tiny-1B", "new_box")["mesh"] == "NB"
+    assert ttis_derive.resolve(catalog, "Tiny-1B", "n150")["legacy_interface"] is True
     assert not any(name == "__pycache__" for _root, dirs, _files in os.walk(checkout) for name in dirs)
 
 
 def test_import_failure_falls_back_to_release_file(tmp_path):
     checkout = make_stand_in_checkout(tmp_path, with_release_file=True)
     (tmp_path / "workflows" / "model_spec.py").write_text("import yaml_that_is_not_installed\n")
-    catalog = spec_utils.load_checkout(checkout)
+    catalog = ttis_checkout.load_checkout(checkout)
     assert catalog["source"] == "release_model_spec.json"
     assert "yaml_that_is_not_installed" in catalog["warnings"][0]
-    assert spec_utils.resolve(catalog, "Qwen3-32B", "p300x2")["volume_name"].endswith("-v0.17.0")
+    assert ttis_derive.resolve(catalog, "Qwen3-32B", "p300x2")["volume_name"].endswith("-v0.17.0")
 
 
 def test_missing_interpreter_falls_back(tmp_path):
     checkout = make_stand_in_checkout(tmp_path, with_release_file=True)
-    catalog = spec_utils.load_checkout(checkout, python=str(tmp_path / "no-such-python"))
+    catalog = ttis_checkout.load_checkout(checkout, python=str(tmp_path / "no-such-python"))
     assert catalog["source"] == "release_model_spec.json"
     assert "cannot run" in catalog["warnings"][0]
 
@@ -170,8 +173,8 @@ def test_export_error_names_the_interpreter(tmp_path):
     checkout = make_stand_in_checkout(tmp_path)
     (tmp_path / "workflows" / "model_spec.py").write_text("raise SystemExit('too old')\n")
     with pytest.raises(SpecError, match=r"model_spec of .* failed to import with .*: SystemExit: too old") as info:
-        spec_utils.export_from_checkout(checkout, python=sys.executable)
-    assert info.value.cause == spec_utils.CAUSE_CODE
+        ttis_checkout.export_from_checkout(checkout, python=sys.executable)
+    assert info.value.cause == ttis_checkout.CAUSE_CODE
 
 
 # --- module ------------------------------------------------------------------------------------
@@ -295,7 +298,7 @@ def test_filters_with_arguments():
 
 
 def test_filters_on_a_model_spec_result():
-    result = spec_utils.resolve(spec_utils.load_spec_file(V20), "Qwen3-32B", "galaxy")
+    result = ttis_derive.resolve(ttis_catalog.load_spec_file(V20), "Qwen3-32B", "galaxy")
     assert tt_names.tt_volume_name(result) == result["volume_name"]
     assert tt_names.tt_named_volume(result) == result["named_volume"]
     assert tt_names.tt_cache_subdir(result) == "tt_metal_cache/cache_Qwen3-32B/T3K"
@@ -336,28 +339,28 @@ def make_role_layout(tmp_path, with_venv=True):
 def test_release_python_is_the_release_venv(tmp_path):
     root = make_role_layout(tmp_path)
     venv_python = str(root / "venvs" / "v0.20.0" / "bin" / "python")
-    assert spec_utils.release_python(str(root / "current")) == venv_python
-    assert spec_utils.release_python(str(root / "releases" / "v0.20.0")) == venv_python
-    catalog = spec_utils.load_checkout(str(root / "current"))
+    assert ttis_checkout.release_python(str(root / "current")) == venv_python
+    assert ttis_checkout.release_python(str(root / "releases" / "v0.20.0")) == venv_python
+    catalog = ttis_checkout.load_checkout(str(root / "current"))
     assert (catalog["source"], catalog["python"]) == ("checkout_code", venv_python)
 
 
 def test_release_python_absent_outside_the_role_layout(tmp_path):
-    assert spec_utils.release_python(make_stand_in_checkout(tmp_path / "checkout")) is None
+    assert ttis_checkout.release_python(make_stand_in_checkout(tmp_path / "checkout")) is None
     root = make_role_layout(tmp_path / "novenv", with_venv=False)
-    assert spec_utils.release_python(str(root / "current")) is None
+    assert ttis_checkout.release_python(str(root / "current")) is None
     # Without the venv the module's own interpreter imports the code.
-    assert spec_utils.load_checkout(str(root / "current"))["python"] == sys.executable
+    assert ttis_checkout.load_checkout(str(root / "current"))["python"] == sys.executable
 
 
 def test_default_checkout():
-    assert spec_utils.default_checkout("/srv/ttis", None) == "/srv/ttis"
-    assert spec_utils.default_checkout(None, "/srv/spec.json") is None
+    assert ttis_source.default_checkout("/srv/ttis", None) == "/srv/ttis"
+    assert ttis_source.default_checkout(None, "/srv/spec.json") is None
 
 
 def test_module_reads_the_current_release_by_default(capsys, tmp_path, monkeypatch):
     root = make_role_layout(tmp_path)
-    monkeypatch.setattr(spec_utils, "DEFAULT_CHECKOUT", str(root / "current"))
+    monkeypatch.setattr(ttis_source, "DEFAULT_CHECKOUT", str(root / "current"))
     code, result = run_module(capsys, {"model": "Tiny-1B", "device": "p300x2"})
     assert code == 0
     assert result["spec_source"] == "checkout_code"
@@ -368,7 +371,7 @@ def test_module_reads_the_current_release_by_default(capsys, tmp_path, monkeypat
 def test_module_default_falls_back_to_the_release_file(capsys, tmp_path, monkeypatch):
     root = make_role_layout(tmp_path)
     (root / "releases" / "v0.20.0" / "workflows" / "model_spec.py").unlink()
-    monkeypatch.setattr(spec_utils, "DEFAULT_CHECKOUT", str(root / "current"))
+    monkeypatch.setattr(ttis_source, "DEFAULT_CHECKOUT", str(root / "current"))
     code, result = run_module(capsys, {"model": "Qwen3-32B", "device": "p300x2"})
     assert code == 0
     assert (result["spec_source"], result["release_version"]) == ("release_model_spec.json", "0.20.0")
@@ -376,7 +379,7 @@ def test_module_default_falls_back_to_the_release_file(capsys, tmp_path, monkeyp
 
 
 def test_module_without_source_or_current_release(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(spec_utils, "DEFAULT_CHECKOUT", str(tmp_path / "missing" / "current"))
+    monkeypatch.setattr(ttis_source, "DEFAULT_CHECKOUT", str(tmp_path / "missing" / "current"))
     code, result = run_module(capsys, {"model": "Qwen3-32B", "device": "p300x2"})
     assert code == 1
     assert "Neither tt_inference_server_dir nor spec_file is set" in result["msg"]

@@ -109,7 +109,7 @@ def package_spec(**changes):
 def with_hardening(argv):
     """An argv run.py printed, plus the one option the collection adds to every container (_container.HARDENING),
     right after ``--ipc host``."""
-    from ansible_collections.ttfleet.inference.plugins.module_utils._container import HARDENING
+    from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.container import HARDENING
 
     out = list(argv)
     at = out.index("--ipc") + 2

@@ -16,14 +16,14 @@ import posixpath
 from typing import TYPE_CHECKING
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._plan.volume import other_releases, plan_volume
-from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
-    SpecError,
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.derive import resolve_entry
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.errors import SpecError
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names import weights_subdir
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.select import validate_inputs
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.source import (
     default_checkout,
     load_params_catalog,
-    resolve_entry,
-    validate_inputs,
 )
-from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names import weights_subdir
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.checks import VolumeError, check_path_text
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.scan import expand_roots, scan_roots
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import WeightsError, is_commit_sha, scrub

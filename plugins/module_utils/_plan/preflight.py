@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._spec import resolve_entry
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.derive import resolve_entry
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.candidates import (
     expected_volume,
     select_candidates,

@@ -10,7 +10,9 @@ import os
 from typing import TYPE_CHECKING
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._plan.reuse import annotate_candidates, release_commits
-from ansible_collections.ttfleet.inference.plugins.module_utils._spec import SpecError, iter_specs, load_checkout
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.catalog import iter_specs
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.checkout import load_checkout
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.errors import SpecError
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.candidates import (
     expected_volume,
     select_candidates,

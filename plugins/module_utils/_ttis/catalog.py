@@ -27,11 +27,9 @@ import json
 import os
 from typing import TYPE_CHECKING, cast
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._safefile import (
-    SafeFileError,
-    opened_dir,
-    read_bytes,
-)
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.dirs import opened_dir
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.files import read_bytes
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.errors import SpecError
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.tags import (
     MIN_CURRENT_INTERFACE_VERSION,
@@ -125,8 +123,6 @@ def _is_flat(data: object) -> bool:
     return isinstance(data, dict) and bool(data) and all(_is_spec(spec) for spec in data.values())
 
 
-
-
 def _current_release_image(spec: Mapping[str, Any], old_version: object, new_version: object) -> str | None:
     image = spec.get("docker_image")
     prefix = f"{VLLM_RELEASE_REPO}:{old_version}-"
@@ -201,7 +197,6 @@ def load_spec_file(path: str, source: str = SOURCE_SPEC_FILE, release_version: s
     return catalog_from_data(_read_json(path), source, path=path, release_version=release_version)
 
 
-
 def read_version_file(checkout: str) -> str | None:
     try:
         with opened_dir(checkout) as dirfd:
@@ -209,7 +204,6 @@ def read_version_file(checkout: str) -> str | None:
     except (OSError, SafeFileError):
         return None
     return (raw or b"").decode("utf-8", "replace").strip() or None
-
 
 
 def ensure_catalog(specs: object) -> JSON:

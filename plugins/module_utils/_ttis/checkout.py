@@ -72,7 +72,6 @@ _PYTHON_HINT = (
 _MIN_PYTHON = (3, 10)
 
 
-
 def _last_line(text: str | None) -> str:
     lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
     return lines[-1] if lines else "no output"
@@ -211,8 +210,6 @@ def release_python(checkout: str) -> str | None:
         return None
     candidate = os.path.join(os.path.dirname(releases), "venvs", os.path.basename(real), "bin", "python")
     return candidate if os.path.isfile(candidate) and os.access(candidate, os.X_OK) else None
-
-
 
 
 def _dev_catalog(checkout: str, has_code: bool, python: str | None, timeout: float) -> JSON:

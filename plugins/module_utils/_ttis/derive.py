@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
     JSON = dict[str, Any]
 
+
 def _system_requirements(value: object) -> dict[str, JSON | None] | None:
     if not isinstance(value, dict):
         return None
@@ -173,8 +174,6 @@ def resolve_params(specs: Mapping[str, Any], params: Mapping[str, Any], volume_r
     return resolve_entry(specs, entry, params["device"], volume_root=volume_root)
 
 
-
-
 def resolve_entry(
     specs: Mapping[str, Any], entry: Mapping[str, Any], device: str, volume_root: str | None = None
 ) -> JSON:
@@ -182,8 +181,6 @@ def resolve_entry(
     check_volume_root(volume_root)
     spec, catalog = select_entry(specs, entry, device)
     return derive(spec, catalog, volume_root=volume_root)
-
-
 
 
 def resolve(
@@ -205,5 +202,3 @@ def resolve(
     catalog = ensure_catalog(specs)
     spec = select_spec(catalog, model, device, impl=impl, engine=engine)
     return derive(override_image(spec, image), catalog, volume_root=volume_root)
-
-

@@ -45,6 +45,31 @@ def fail(out, kind, exc=None, **extra):
     sys.exit(3)
 
 
+def import_workflows(root, emulated):
+    # type: (Any, bool) -> tuple[Any, Any]
+    """``workflows.model_spec`` and ``DeviceTypes`` of the checkout at ``root``; its .git stands in when emulated."""
+    import pathlib
+
+    marker = root / ".git"
+    real_exists = pathlib.Path.exists
+
+    def exists(self, *args, **kwargs):
+        # type: (pathlib.Path, Any, Any) -> bool
+        if self == marker:
+            return True
+        return real_exists(self, *args, **kwargs)
+
+    sys.path.insert(0, str(root))
+    if emulated:
+        pathlib.Path.exists = exists
+    try:
+        from workflows import model_spec as catalog_module  # type: ignore[import-not-found]
+        from workflows.workflow_types import DeviceTypes  # type: ignore[import-not-found]
+    finally:
+        pathlib.Path.exists = real_exists
+    return catalog_module, DeviceTypes
+
+
 def import_catalog(out, checkout):
     # type: (IO[str], str) -> tuple[Any, Any, Any, bool]
     """``workflows.model_spec`` and ``DeviceTypes`` of the checkout, its resolved root and whether .git was emulated."""
@@ -55,29 +80,13 @@ def import_catalog(out, checkout):
         import pathlib
 
         root = pathlib.Path(checkout).resolve()
-        marker = root / ".git"
-        real_exists = pathlib.Path.exists
-        emulated = not real_exists(marker)
-
-        def exists(self, *args, **kwargs):
-            # type: (pathlib.Path, Any, Any) -> bool
-            if self == marker:
-                return True
-            return real_exists(self, *args, **kwargs)
-
-        sys.path.insert(0, str(root))
-        if emulated:
-            pathlib.Path.exists = exists
-        try:
-            from workflows import model_spec as catalog_module  # type: ignore[import-not-found]
-            from workflows.workflow_types import DeviceTypes  # type: ignore[import-not-found]
-        finally:
-            pathlib.Path.exists = real_exists
+        emulated = not (root / ".git").exists()
+        catalog_module, device_types = import_workflows(root, emulated)
     except KeyboardInterrupt:
         raise
     except BaseException as exc:
         fail(out, "import", exc)
-    return catalog_module, DeviceTypes, root, emulated
+    return catalog_module, device_types, root, emulated
 
 
 def main():
@@ -121,9 +130,9 @@ def main():
         data = plain(spec)
         data["inference_engine"] = engine
         device = spec.device_type.name.upper()
-        nested.setdefault(spec.hf_model_repo, {}).setdefault(device, {}).setdefault(engine, {})[
-            spec.impl.impl_id
-        ] = data
+        nested.setdefault(spec.hf_model_repo, {}).setdefault(device, {}).setdefault(engine, {})[spec.impl.impl_id] = (
+            data
+        )
 
     meshes = {}
     for member in device_types:

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
     JSON = dict[str, Any]
 
+
 def _release_label(catalog: Mapping[str, Any]) -> str:
     release = catalog.get("release_version")
     label = f"tt-inference-server {release}" if release else "this spec"
@@ -227,7 +228,6 @@ def select_entry(
     return out, catalog
 
 
-
 def validate_inputs(
     model: str | None = None,
     device: str | None = None,
@@ -247,7 +247,6 @@ def validate_inputs(
     if engine is not None:
         canonical_engine(engine)
     check_volume_root(volume_root)
-
 
 
 def list_models(specs: Mapping[str, Any], device: str | None = None, model: str | None = None) -> list[JSON]:

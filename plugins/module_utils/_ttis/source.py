@@ -56,8 +56,6 @@ def default_checkout(tt_inference_server_dir: str | None = None, spec_file: str 
     return default
 
 
-
-
 def load_catalog(
     tt_inference_server_dir: str | None = None,
     spec_file: str | None = None,

@@ -58,7 +58,6 @@ def is_legacy_interface(inference_engine: object, version: object) -> bool:
     return parsed is not None and parsed < MIN_CURRENT_INTERFACE_VERSION
 
 
-
 def check_image(value: object) -> str:
     """``value`` if it is one Docker image reference argument, else SpecError naming option image."""
     if not isinstance(value, str) or not value or value.startswith("-") or re.search(r"[\s\x00-\x1f\x7f]", value):

@@ -118,7 +118,6 @@ def check_env(env: object, field: str, where: str) -> None:
             raise spec_error(where, f"{field}.{key}", value, "contains a control character (newline, NUL, ...)")
 
 
-
 def show(value: object) -> str:
     """``value`` as it is when printable, else its repr (a newline must not split an error message)."""
     return value if isinstance(value, str) and value.isprintable() else repr(value)
@@ -150,9 +149,7 @@ def _require(
     return value
 
 
-def check_spec_shape(
-    spec: Mapping[str, Any], source: str, model: str | None = None, device: str | None = None
-) -> None:
+def check_spec_shape(spec: Mapping[str, Any], source: str, model: str | None = None, device: str | None = None) -> None:
     """The keys that selecting and deriving read, with their types, so a malformed spec fails with a message that
     names the source, the model, the device and the key instead of a bare KeyError."""
     if isinstance(spec.get("model_name"), str):

@@ -23,10 +23,10 @@ from typing import ClassVar
 import pytest
 from http_servers import QuietHandler, serve
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _container as container_utils
 from ansible_collections.ttfleet.inference.plugins.module_utils import _images as images
-from ansible_collections.ttfleet.inference.plugins.module_utils import _spec as spec_utils
-from ansible_collections.ttfleet.inference.plugins.module_utils._spec import SpecError
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import catalog as ttis_catalog
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import container as container_utils
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import select as ttis_select
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "fixtures")
 SPECS = os.path.join(FIXTURES, "specs")
@@ -38,8 +38,8 @@ def _spec_images():
     found = set()
     for name in sorted(os.listdir(SPECS)):
         if name.startswith("release_model_spec-") and name.endswith(".json.gz"):
-            catalog = spec_utils.load_spec_file(os.path.join(SPECS, name))
-            for spec in spec_utils.iter_specs(catalog):
+            catalog = ttis_catalog.load_spec_file(os.path.join(SPECS, name))
+            for spec in ttis_catalog.iter_specs(catalog):
                 if spec.get("docker_image"):
                     found.add(spec["docker_image"])
     return sorted(found)
@@ -140,14 +140,16 @@ with open(RUNPY, encoding="utf-8") as _handle:
 
 @pytest.fixture(scope="module")
 def v20():
-    return spec_utils.load_spec_file(os.path.join(SPECS, "release_model_spec-v0.20.0.json.gz"))
+    return ttis_catalog.load_spec_file(os.path.join(SPECS, "release_model_spec-v0.20.0.json.gz"))
 
 
 @pytest.mark.parametrize("case", RECORDED, ids=[f"{c['model']}-{c['tt_device']}" for c in RECORDED])
 def test_a_mirror_changes_the_image_of_the_argv_and_nothing_else(v20, case):
-    spec = spec_utils.select_spec(v20, case["model"], case["tt_device"])
+    spec = ttis_select.select_spec(v20, case["model"], case["tt_device"])
     plain = container_utils.container_command(spec, v20, volume_root="/srv/tt")
-    mapped = container_utils.container_command(spec, v20, volume_root="/srv/tt", registry_mirrors=MIRROR)
+    mapped = container_utils.container_command(
+        spec, v20, volume_root="/srv/tt", image_map=lambda image, what: images.map_image(image, MIRROR, what)
+    )
     index = plain["argv"].index(plain["image"])
     assert mapped["argv"][:index] == plain["argv"][:index]
     assert mapped["argv"][index + 1 :] == plain["argv"][index + 1 :]
@@ -156,10 +158,15 @@ def test_a_mirror_changes_the_image_of_the_argv_and_nothing_else(v20, case):
     assert (mapped["image_mirror"], plain["image_mirror"]) == ("ghcr.io/tenstorrent", None)
 
 
-def test_a_bad_mirror_is_a_spec_error_naming_the_model(v20):
-    spec = spec_utils.select_spec(v20, "Llama-3.2-1B-Instruct", "n150")
-    with pytest.raises(SpecError, match=r"tt_registry_mirrors key 'https://ghcr\.io'.*without a scheme"):
-        container_utils.container_command(spec, v20, registry_mirrors={"https://ghcr.io": "m.example/x"})
+def test_a_bad_mirror_is_an_image_error_naming_the_model(v20):
+    spec = ttis_select.select_spec(v20, "Llama-3.2-1B-Instruct", "n150")
+    mirrors = {"https://ghcr.io": "m.example/x"}
+
+    def mapper(image, what):
+        return images.map_image(image, mirrors, what)
+
+    with pytest.raises(images.ImageError, match=r"tt_registry_mirrors key 'https://ghcr\.io'.*without a scheme"):
+        container_utils.container_command(spec, v20, image_map=mapper)
 
 
 # --- credentials --------------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._host import pep440 as pf
-from ansible_collections.ttfleet.inference.plugins.module_utils._spec import load_spec_file
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.catalog import load_spec_file
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "..", "fixtures")
 V20 = os.path.join(FIXTURES, "specs", "release_model_spec-v0.20.0.json.gz")

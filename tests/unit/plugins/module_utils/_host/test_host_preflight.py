@@ -13,7 +13,7 @@ from conftest import patch_module_args
 from ansible_collections.ttfleet.inference.plugins.module_utils._host import facts as facts_utils
 from ansible_collections.ttfleet.inference.plugins.module_utils._host import preflight as pf
 from ansible_collections.ttfleet.inference.plugins.module_utils._plan.preflight import model_summaries
-from ansible_collections.ttfleet.inference.plugins.module_utils._spec import load_spec_file
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.catalog import load_spec_file
 from ansible_collections.ttfleet.inference.plugins.modules import tt_preflight as tt_preflight_module
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "..", "fixtures")

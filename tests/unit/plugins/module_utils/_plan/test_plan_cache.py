@@ -13,8 +13,9 @@ import pytest
 from conftest import FIXTURES, patch_module_args
 from unit_helpers import package_spec
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _spec
 from ansible_collections.ttfleet.inference.plugins.module_utils._plan import cache as cp
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import derive as ttis_derive
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import source as ttis_source
 from ansible_collections.ttfleet.inference.plugins.modules import model_cache_plan as module
 
 SPEC = os.path.join(FIXTURES, "specs", "release_model_spec-v0.20.0.json.gz")
@@ -247,7 +248,7 @@ def test_a_new_revision_is_fetched_rather_than_aliased(tmp_path, capsys):
 
 def test_each_model_is_resolved_once_from_one_catalog(tmp_path, capsys, monkeypatch):
     calls = {"load": 0, "resolve": []}
-    real_load, real_resolve = _spec.load_catalog, _spec.resolve_entry
+    real_load, real_resolve = ttis_source.load_catalog, ttis_derive.resolve_entry
 
     def load(**kwargs):
         calls["load"] += 1
@@ -257,7 +258,7 @@ def test_each_model_is_resolved_once_from_one_catalog(tmp_path, capsys, monkeypa
         calls["resolve"].append((entry["name"], device))
         return real_resolve(catalog, entry, device, **kwargs)
 
-    monkeypatch.setattr(_spec, "load_catalog", load)
+    monkeypatch.setattr(ttis_source, "load_catalog", load)
     monkeypatch.setattr(cp, "resolve_entry", resolve)
     source = _weights(tmp_path / "nfs" / LLAMA)
     models = [{"name": LLAMA, "path": str(source)}, {"name": "Qwen3-32B", "device": "p300x2", "path": str(source)}]

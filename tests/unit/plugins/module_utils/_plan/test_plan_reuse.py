@@ -21,7 +21,8 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._plan.reuse impo
     release_commits,
     same_commit,
 )
-from ansible_collections.ttfleet.inference.plugins.module_utils._spec import iter_specs, load_spec_file, resolve
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.catalog import iter_specs, load_spec_file
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.derive import resolve
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.candidates import (
     expected_volume,
     select_candidates,

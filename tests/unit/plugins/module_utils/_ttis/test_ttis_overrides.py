@@ -15,13 +15,15 @@ import os
 import pytest
 from unit_helpers import package_spec, with_hardening
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _container as container_utils
-from ansible_collections.ttfleet.inference.plugins.module_utils import _entrypoint as entrypoint
-from ansible_collections.ttfleet.inference.plugins.module_utils import _overrides as overrides
-from ansible_collections.ttfleet.inference.plugins.module_utils import _spec as spec_utils
-from ansible_collections.ttfleet.inference.plugins.module_utils._spec import SpecError
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import catalog as ttis_catalog
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import container as container_utils
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import derive as ttis_derive
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import entrypoint as entrypoint
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import overrides as overrides
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import select as ttis_select
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.errors import SpecError
 
-FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "fixtures")
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "..", "fixtures")
 V20 = os.path.join(FIXTURES, "specs", "release_model_spec-v0.20.0.json.gz")
 with open(os.path.join(FIXTURES, "ttis", "overrides-v0.20.0-docker.json"), encoding="utf-8") as _handle:
     RECORDED = json.load(_handle)
@@ -33,7 +35,7 @@ SPEC_IN_CONTAINER = "/home/container_app_user/model_specs/x.model_spec.json"
 
 @pytest.fixture(scope="module")
 def v20():
-    return spec_utils.load_spec_file(V20)
+    return ttis_catalog.load_spec_file(V20)
 
 
 def _reserved(key):
@@ -71,14 +73,14 @@ def ours(catalog, case, entry=None):
 
 
 def ours_unchecked(catalog, case, entry):
-    spec, spec_catalog = spec_utils.select_entry(catalog, entry, case["device"], image=False)
+    spec, spec_catalog = ttis_select.select_entry(catalog, entry, case["device"], image=False)
     result = container_utils.container_command(
         spec,
         spec_catalog,
         volume_root="/srv/tt",
         port=case["port"],
         runtime_spec_file=SPEC_FILE,
-        tuning=spec_utils.entry_tuning(entry),
+        tuning=ttis_select.entry_tuning(entry),
     )
     return spec, result
 
@@ -210,22 +212,22 @@ def test_runtime_spec_from_runpy_is_taken_as_is(v20):
     # A spec run.py itself serialised (what --runtime-model-spec-json reads back) keeps its values.
     theirs = copy.deepcopy(CASES[0]["runtime_model_spec"])
     entry = {"name": theirs["model_name"], "spec": {"runtime_model_spec": theirs, "runtime_config": {}}}
-    spec, catalog = spec_utils.select_entry(v20, entry, "p300x2")
+    spec, catalog = ttis_select.select_entry(v20, entry, "p300x2")
     assert spec["device_model_spec"]["vllm_args"] == theirs["device_model_spec"]["vllm_args"]
     assert spec["env_vars"] == theirs["env_vars"]
-    derived = spec_utils.derive(spec, catalog, volume_root="/srv/tt")
+    derived = ttis_derive.derive(spec, catalog, volume_root="/srv/tt")
     assert derived["volume_name"] == "volume_id_tt_transformers-Qwen3-32B-v0.17.0"
     assert derived["mesh"] == "P300x2"
 
 
 def test_inline_spec_gets_the_dataclass_defaults(v20):
-    spec, catalog = spec_utils.select_entry(v20, {"name": "Qwen/Qwen3.8-27B", "spec": package_spec()}, "p150x2")
+    spec, catalog = ttis_select.select_entry(v20, {"name": "Qwen/Qwen3.8-27B", "spec": package_spec()}, "p150x2")
     args = spec["device_model_spec"]["vllm_args"]
     assert args["model"] == "Qwen/Qwen3.8-27B" and args["max_model_len"] == "65536" and args["max_num_seqs"] == "32"
     assert args["additional_config"] == '{"tt": {}}'
     assert spec["env_vars"]["VLLM_TARGET_DEVICE"] == "tt" and spec["env_vars"]["MESH_DEVICE"] == "P150x2"
     assert spec["min_disk_gb"] == 27 * 2 + 20 and spec["hf_weights_repo"] == "Qwen/Qwen3.8-27B"
-    derived = spec_utils.derive(spec, catalog, volume_root="/srv/tt")
+    derived = ttis_derive.derive(spec, catalog, volume_root="/srv/tt")
     assert derived["volume_name"] == "volume_id_qwen36-Qwen3.8-27B-v0.1.0"
     assert (
         derived["paths"]["tt_metal_cache"]
@@ -235,9 +237,9 @@ def test_inline_spec_gets_the_dataclass_defaults(v20):
 
 def test_runtime_spec_reaches_a_vllm_container_as_json(v20):
     entry = {"name": "Qwen3.8-27B", "spec": json.dumps(package_spec()), "vllm_override_args": {"max_num_seqs": 8}}
-    spec, catalog = spec_utils.select_entry(v20, entry, "p150x2", image=False)
+    spec, catalog = ttis_select.select_entry(v20, entry, "p150x2", image=False)
     result = container_utils.container_command(
-        spec, catalog, volume_root="/srv/tt", runtime_spec_file=SPEC_FILE, tuning=spec_utils.entry_tuning(entry)
+        spec, catalog, volume_root="/srv/tt", runtime_spec_file=SPEC_FILE, tuning=ttis_select.entry_tuning(entry)
     )
     assert f"RUNTIME_MODEL_SPEC_JSON_PATH={SPEC_IN_CONTAINER}" in result["argv"]
     assert result["argv"][-6:] == ["--model", "Qwen/Qwen3.8-27B", "--tt-device", "p150x2", "--max-num-seqs", "8"]
@@ -258,23 +260,23 @@ def test_runtime_spec_reaches_a_vllm_container_as_json(v20):
 )
 def test_bad_runtime_specs(v20, change, match):
     with pytest.raises(SpecError, match=match):
-        spec_utils.select_entry(v20, {"name": "Qwen3.8-27B", "spec": package_spec(**change)}, "p150x2")
+        ttis_select.select_entry(v20, {"name": "Qwen3.8-27B", "spec": package_spec(**change)}, "p150x2")
 
 
 def test_unknown_device_needs_a_spec_that_declares_its_mesh(v20):
     with pytest.raises(SpecError, match=r"Unknown device 'p150x2'"):
-        spec_utils.select_entry(v20, {"name": "Qwen3-32B"}, "p150x2")
+        ttis_select.select_entry(v20, {"name": "Qwen3-32B"}, "p150x2")
     bare = package_spec()
     bare["device_model_spec"] = {"device": "P150X2", "max_concurrency": 32, "max_context": 65536}
     with pytest.raises(SpecError, match=r"must name its mesh: set device_model_spec.env_vars.MESH_DEVICE"):
-        spec_utils.select_entry(v20, {"name": "Qwen3.8-27B", "spec": bare}, "p150x2")
+        ttis_select.select_entry(v20, {"name": "Qwen3.8-27B", "spec": bare}, "p150x2")
 
 
 def test_spec_for_another_device_or_model_is_refused(v20):
     with pytest.raises(SpecError, match=r"its spec is for device p150x2, but the entry serves on p300x2"):
-        spec_utils.select_entry(v20, {"name": "Qwen3.8-27B", "spec": package_spec()}, "p300x2")
+        ttis_select.select_entry(v20, {"name": "Qwen3.8-27B", "spec": package_spec()}, "p300x2")
     with pytest.raises(SpecError, match=r"name the entry after its spec"):
-        spec_utils.select_entry(v20, {"name": "Qwen3-32B", "spec": package_spec()}, "p150x2")
+        ttis_select.select_entry(v20, {"name": "Qwen3-32B", "spec": package_spec()}, "p150x2")
 
 
 def test_profiles_keep_their_kernel_caches_apart_unless_shared(v20):
@@ -282,7 +284,7 @@ def test_profiles_keep_their_kernel_caches_apart_unless_shared(v20):
     leaves = {}
     for profile, cache in (("tp2", "own"), ("p1d1", "own"), ("tp2-dflash2", "shared")):
         entry = {**base, "profile": profile, "kernel_cache": cache}
-        derived = spec_utils.resolve_entry(v20, entry, "p150x2", volume_root="/srv/tt")
+        derived = ttis_derive.resolve_entry(v20, entry, "p150x2", volume_root="/srv/tt")
         leaves[profile] = derived["mesh"]
         assert derived["profile"] == profile
         assert derived["volume_name"] == "volume_id_qwen36-Qwen3.8-27B-v0.1.0"  # one volume, weights reused
@@ -298,7 +300,7 @@ def test_secrets_are_refused_in_env(key):
 @pytest.mark.parametrize("profile", ["../x", "a/b", "-x", "x" * 64, "a b"])
 def test_bad_profile_names_are_refused(v20, profile):
     with pytest.raises(SpecError, match=r"is not a profile name"):
-        spec_utils.select_entry(v20, {"name": "Qwen3-32B", "profile": profile}, "p300x2")
+        ttis_select.select_entry(v20, {"name": "Qwen3-32B", "profile": profile}, "p300x2")
 
 
 # The env gate (issue 29): one function for every env from outside the catalog.
@@ -344,11 +346,11 @@ def test_a_runtime_spec_env_passes_the_gate_naming_its_field(v20):
     theirs["device_model_spec"]["env_vars"] = {"NO_AUTH": "1"}
     entry = {"name": theirs["model_name"], "spec": theirs}
     with pytest.raises(SpecError, match=r"spec: device_model_spec\.env_vars key NO_AUTH is reserved"):
-        spec_utils.select_entry(v20, entry, "p300x2")
+        ttis_select.select_entry(v20, entry, "p300x2")
     theirs["device_model_spec"]["env_vars"] = {}
     theirs["env_vars"] = {"HF_TOKEN": "x"}
     with pytest.raises(SpecError, match=r"spec: env_vars key HF_TOKEN looks like a secret"):
-        spec_utils.select_entry(v20, entry, "p300x2")
+        ttis_select.select_entry(v20, entry, "p300x2")
 
 
 @pytest.mark.parametrize("key", ["api_key", "api-key", "hf_token", "hf-token"])
@@ -366,4 +368,4 @@ def test_a_runtime_spec_cannot_give_the_server_an_api_key(v20):
     theirs["device_model_spec"]["vllm_args"] = {**theirs["device_model_spec"].get("vllm_args", {}), "api_key": "k"}
     entry = {"name": theirs["model_name"], "spec": theirs}
     with pytest.raises(SpecError, match=r"spec: device_model_spec\.vllm_args key api_key looks like a secret"):
-        spec_utils.select_entry(v20, entry, "p300x2")
+        ttis_select.select_entry(v20, entry, "p300x2")

@@ -3,7 +3,7 @@
 """What reaches vLLM, by the generation of the image (issue 30): the container command for images of 0.11.x, 0.14.x,
 0.15.x and the current releases, on the v0.20.0 catalog, which pins all of them.
 
-The parity of these rules with upstream's own start-up code is tests/unit/test_entrypoint_parity.py.
+The parity of these rules with upstream's own start-up code is test_ttis_entrypoint_parity.py.
 """
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ import os
 
 import pytest
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _container as container_utils
-from ansible_collections.ttfleet.inference.plugins.module_utils import _spec as spec_utils
-from ansible_collections.ttfleet.inference.plugins.module_utils._spec import SpecError
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import catalog as ttis_catalog
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import container as container_utils
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import select as ttis_select
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.errors import SpecError
 
-FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "fixtures")
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "..", "fixtures")
 V20 = os.path.join(FIXTURES, "specs", "release_model_spec-v0.20.0.json.gz")
 SPEC_FILE = "/etc/ttfleet/serve/x.model_spec.json"
 IMAGE = "ghcr.io/tenstorrent/tt-inference-server/vllm-tt-metal-src-release-ubuntu-22.04-amd64"
@@ -27,25 +28,25 @@ TT_CONFIG_ARGS = {"override_tt_config", "plugin_config", "additional_config"}
 
 
 def entrypoint():
-    from ansible_collections.ttfleet.inference.plugins.module_utils import _entrypoint
+    from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import entrypoint as _entrypoint
 
     return _entrypoint
 
 
 @pytest.fixture(scope="module")
 def v20():
-    return spec_utils.load_spec_file(V20)
+    return ttis_catalog.load_spec_file(V20)
 
 
 def command(catalog, entry, device, port=8000):
-    spec, spec_catalog = spec_utils.select_entry(catalog, entry, device)
+    spec, spec_catalog = ttis_select.select_entry(catalog, entry, device)
     result = container_utils.container_command(
         spec,
         spec_catalog,
         volume_root="/srv/tt",
         port=port,
         runtime_spec_file=SPEC_FILE,
-        tuning=spec_utils.entry_tuning(entry),
+        tuning=ttis_select.entry_tuning(entry),
     )
     return spec, result
 
@@ -109,8 +110,8 @@ def test_tt_config_reaches_an_older_image_in_its_own_words(v20, name, device, ve
     assert result["image"].split(":")[1].startswith(version)
     args = mounted_args(result)
     assert "additional_config" not in args and "plugin_config" not in args
-    catalog = spec_utils.catalog_from_data(v20, "spec_file")
-    catalog_tt = spec_utils.select_spec(catalog, name, device)["device_model_spec"]["override_tt_config"]
+    catalog = ttis_catalog.catalog_from_data(v20, "spec_file")
+    catalog_tt = ttis_select.select_spec(catalog, name, device)["device_model_spec"]["override_tt_config"]
     assert json.loads(args["override_tt_config"]) == {**catalog_tt, "trace_region_size": 123456}
 
 
@@ -218,7 +219,7 @@ def test_mapping_arguments_reach_the_entrypoint_as_json(v20):
 
 
 def test_other_vllm_settings_in_additional_config_are_refused_for_an_older_image(v20):
-    spec = spec_utils.select_entry(v20, {"name": "Llama-3.2-1B-Instruct"}, "n150")[0]
+    spec = ttis_select.select_entry(v20, {"name": "Llama-3.2-1B-Instruct"}, "n150")[0]
     spec["device_model_spec"]["vllm_args"]["additional_config"] = json.dumps({"tt": {}, "kv_offload": True})
     spec["device_model_spec"]["override_tt_config"] = {}
     with pytest.raises(

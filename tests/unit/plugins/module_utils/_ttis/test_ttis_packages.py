@@ -10,13 +10,15 @@ import os
 import pytest
 import yaml
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _container as container_utils
-from ansible_collections.ttfleet.inference.plugins.module_utils import _spec as spec_utils
 from ansible_collections.ttfleet.inference.plugins.module_utils._host import preflight
-from ansible_collections.ttfleet.inference.plugins.module_utils._packages import ProfileError, expand_entries
 from ansible_collections.ttfleet.inference.plugins.module_utils._plan.preflight import model_summaries
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import catalog as ttis_catalog
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import container as container_utils
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import errors as ttis_errors
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import select as ttis_select
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.packages import ProfileError, expand_entries
 
-FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "fixtures")
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "..", "fixtures")
 V20 = os.path.join(FIXTURES, "specs", "release_model_spec-v0.20.0.json.gz")
 with open(os.path.join(FIXTURES, "packages", "qwen3.8-27b-p150x2.yml"), encoding="utf-8") as _handle:
     PACKAGES = yaml.safe_load(_handle)
@@ -26,7 +28,7 @@ REPO = "Qwen/Qwen3.8-27B"
 
 @pytest.fixture(scope="module")
 def v20():
-    return spec_utils.load_spec_file(V20)
+    return ttis_catalog.load_spec_file(V20)
 
 
 def entry(**extra):
@@ -38,14 +40,14 @@ def expand(*entries, device="p150x2", packages=None, profiles=None):
 
 
 def command(v20, item, device="p150x2", port=8000):
-    spec, catalog = spec_utils.select_entry(v20, item, device, image=False)
+    spec, catalog = ttis_select.select_entry(v20, item, device, image=False)
     return container_utils.container_command(
         spec,
         catalog,
         volume_root="/srv/tt",
         port=port,
         runtime_spec_file="/etc/ttfleet/serve/q.model_spec.json",
-        tuning=spec_utils.entry_tuning(item),
+        tuning=ttis_select.entry_tuning(item),
     )
 
 
@@ -147,11 +149,11 @@ def test_unknown_package_keys_are_refused():
 
 def test_the_package_spec_names_the_model_the_entry_names(v20):
     (item,) = expand(entry(name="Qwen3.8-27B"))
-    spec = spec_utils.select_entry(v20, item, "p150x2")[0]
+    spec = ttis_select.select_entry(v20, item, "p150x2")[0]
     assert spec["model_name"] == "Qwen3.8-27B"
     item["name"] = "Qwen3-32B"
-    with pytest.raises(spec_utils.SpecError, match=r"name the entry after its spec"):
-        spec_utils.select_entry(v20, item, "p150x2")
+    with pytest.raises(ttis_errors.SpecError, match=r"name the entry after its spec"):
+        ttis_select.select_entry(v20, item, "p150x2")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -270,7 +272,7 @@ def test_the_collections_values_win_over_a_spec_env_that_slipped_through(v20):
     # A spec env that reached container_command without the gate (an upstream catalog spec, say): the reserved
     # names are dropped, and the collection's values are the ones the container gets.
     (item,) = expand({"name": "acme/Acme-8B", "package": "acme"}, device="n150", packages=media_package())
-    spec, catalog = spec_utils.select_entry(v20, item, "n150", image=False)
+    spec, catalog = ttis_select.select_entry(v20, item, "n150", image=False)
     spec["env_vars"] = {**spec["env_vars"], "NO_AUTH": "1", "TT_CACHE_PATH": "/tmp/x", "HF_HOME": "/tmp/h", "K": "v"}
     argv = container_utils.container_command(spec, catalog, volume_root="/srv/tt", no_auth=False)["argv"]
     assert "K=v" in argv and "NO_AUTH=1" not in argv and "TT_CACHE_PATH=/tmp/x" not in argv, argv
@@ -282,7 +284,7 @@ def test_the_collections_values_win_over_a_spec_env_that_slipped_through(v20):
 
 def test_the_runtime_spec_a_vllm_container_reads_carries_no_reserved_env(v20):
     (item,) = expand(entry())
-    spec, catalog = spec_utils.select_entry(v20, item, "p150x2", image=False)
+    spec, catalog = ttis_select.select_entry(v20, item, "p150x2", image=False)
     spec["env_vars"] = {**spec["env_vars"], "VLLM_API_KEY": "k", "TT_CACHE_PATH": "/tmp/x"}
     spec["device_model_spec"]["env_vars"] = {**spec["device_model_spec"]["env_vars"], "MODEL_WEIGHTS_DIR": "/tmp/w"}
     result = container_utils.container_command(

@@ -24,10 +24,10 @@ import sys
 import pytest
 from unit_helpers import unpack
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _entrypoint as entrypoint
-from ansible_collections.ttfleet.inference.plugins.module_utils._spec import parse_version_tuple
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import entrypoint as entrypoint
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.tags import parse_version_tuple
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 5))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 ARCHIVES = os.path.join(FIXTURES, "ttis", "entrypoints")
 STUBS = os.path.join(ROOT, "tests", "lab", "upstream_image", "stubs")

@@ -23,13 +23,18 @@ from conftest import patch_module_args
 from unit_helpers import unpack as unpack_archive
 from unit_helpers import with_hardening
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _spec as spec_utils
-from ansible_collections.ttfleet.inference.plugins.module_utils._container import container_command
-from ansible_collections.ttfleet.inference.plugins.module_utils._spec import SpecError
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import catalog as ttis_catalog
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import checkout as ttis_checkout
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import derive as ttis_derive
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import select as ttis_select
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import source as ttis_source
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import tags as ttis_tags
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.container import container_command
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.errors import SpecError
 from ansible_collections.ttfleet.inference.plugins.modules import container_command as container_command_module
 from ansible_collections.ttfleet.inference.plugins.modules import model_spec as model_spec_module
 
-FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures")
+FIXTURES = os.path.join(os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 4)), "fixtures")
 V20_EXPORT = os.path.join(FIXTURES, "specs", "release_model_spec-v0.20.0.json.gz")
 DEV_IMAGE = (
     "ghcr.io/tenstorrent/tt-inference-server/vllm-tt-metal-src-release-ubuntu-22.04-amd64:0.20.0-de59f8a-03fa3af"
@@ -111,38 +116,38 @@ def test_upstream_refuses_the_archive_by_itself(v15):
 
 def test_archive_release_gives_the_answers_of_its_code(v15):
     before = tree(v15)
-    code = spec_utils.load_checkout(v15)
+    code = ttis_checkout.load_checkout(v15)
     assert tree(v15) == before
     assert (code["source"], code["release_version"], code["model_specs_env"]) == ("checkout_code", "0.15.0", "prod")
     assert code["git_marker_emulated"] is True
     assert code["warnings"] == []
     # v0.15.0's own export disagrees with its code: the loader must not have read it.
-    export = spec_utils.load_spec_file(os.path.join(v15, "release_model_spec.json"))
-    in_code = {key(spec) for spec in spec_utils.iter_specs(code)}
-    in_export = {key(spec) for spec in spec_utils.iter_specs(export)}
+    export = ttis_catalog.load_spec_file(os.path.join(v15, "release_model_spec.json"))
+    in_code = {key(spec) for spec in ttis_catalog.iter_specs(code)}
+    in_export = {key(spec) for spec in ttis_catalog.iter_specs(export)}
     assert (len(in_code), len(in_export), len(in_code - in_export)) == (248, 214, 35)
     assert ("whisper-large-v3", "P300", "whisper", "media") in in_code - in_export
-    flux = spec_utils.resolve(code, "FLUX.1-dev", "t3k")
+    flux = ttis_derive.resolve(code, "FLUX.1-dev", "t3k")
     assert flux["volume_name"] == "volume_id_tt_transformers-FLUX.1-dev-v0.14.0"
     assert flux["docker_image"] == "ghcr.io/tenstorrent/tt-media-inference-server:0.14.0-80180b9"
     assert "VLLM_RPC_TIMEOUT" not in flux["env_vars"]
-    stale = spec_utils.resolve(export, "FLUX.1-dev", "t3k")
+    stale = ttis_derive.resolve(export, "FLUX.1-dev", "t3k")
     assert stale["volume_name"] == "volume_id_tt_transformers-FLUX.1-dev-v0.10.0"
     assert stale["env_vars"]["VLLM_RPC_TIMEOUT"] == "900000"
     # Data parallel on a galaxy: the code caches kernels per T3K replica, the export says TG.
-    assert spec_utils.resolve(code, "DeepSeek-R1-Distill-Llama-70B", "galaxy")["container"]["tt_cache_path"].endswith(
+    assert ttis_derive.resolve(code, "DeepSeek-R1-Distill-Llama-70B", "galaxy")["container"]["tt_cache_path"].endswith(
         "/cache_DeepSeek-R1-Distill-Llama-70B/T3K"
     )
-    assert spec_utils.resolve(export, "DeepSeek-R1-Distill-Llama-70B", "galaxy")["mesh"] == "TG"
+    assert ttis_derive.resolve(export, "DeepSeek-R1-Distill-Llama-70B", "galaxy")["mesh"] == "TG"
 
 
 def test_archive_answers_equal_a_clone(v15, tmp_path):
     clone = tmp_path / "clone"
     shutil.copytree(v15, clone)
     (clone / ".git").mkdir()
-    from_clone = spec_utils.load_checkout(str(clone))
+    from_clone = ttis_checkout.load_checkout(str(clone))
     assert from_clone["git_marker_emulated"] is False
-    assert from_clone["model_specs"] == spec_utils.load_checkout(v15)["model_specs"]
+    assert from_clone["model_specs"] == ttis_checkout.load_checkout(v15)["model_specs"]
 
 
 def test_archive_below_another_repository(tmp_path):
@@ -157,10 +162,10 @@ def test_archive_below_another_repository(tmp_path):
         check=False,
     )
     assert proc.returncode != 0
-    catalog = spec_utils.load_checkout(checkout)
+    catalog = ttis_checkout.load_checkout(checkout)
     assert (catalog["source"], catalog["git_marker_emulated"]) == ("checkout_code", True)
     assert (
-        spec_utils.resolve(catalog, "Qwen3-32B", "p300x2")["volume_name"]
+        ttis_derive.resolve(catalog, "Qwen3-32B", "p300x2")["volume_name"]
         == "volume_id_tt_transformers-Qwen3-32B-v0.17.0"
     )
 
@@ -174,9 +179,10 @@ def test_archive_release_through_the_module(capsys, v15):
 
 
 def test_prod_code_of_v020_equals_its_export(v20):
-    code = spec_utils.load_checkout(v20)
-    export = spec_utils.load_spec_file(V20_EXPORT)
-    assert {key(spec) for spec in spec_utils.iter_specs(code)} == {key(spec) for spec in spec_utils.iter_specs(export)}
+    code = ttis_checkout.load_checkout(v20)
+    export = ttis_catalog.load_spec_file(V20_EXPORT)
+    iter_specs = ttis_catalog.iter_specs
+    assert {key(spec) for spec in iter_specs(code)} == {key(spec) for spec in iter_specs(export)}
 
 
 # --- the fallback names its cause ----------------------------------------------------------------
@@ -194,9 +200,9 @@ def with_export(checkout, dest):
 def test_fallback_names_the_repository_root(v15, monkeypatch):
     # Without the stand-in .git marker, upstream's own refusal is the cause the warning names, with no Python hint.
     shim = "    if emulated:\n        pathlib.Path.exists = exists\n"
-    assert shim in spec_utils._EXPORT_PROGRAM
-    monkeypatch.setattr(spec_utils, "_EXPORT_PROGRAM", spec_utils._EXPORT_PROGRAM.replace(shim, ""))
-    catalog = spec_utils.load_checkout(v15)
+    assert shim in ttis_checkout._EXPORT_PROGRAM
+    monkeypatch.setattr(ttis_checkout, "_EXPORT_PROGRAM", ttis_checkout._EXPORT_PROGRAM.replace(shim, ""))
+    catalog = ttis_checkout.load_checkout(v15)
     assert (catalog["source"], catalog["import_error"]["cause"]) == ("release_model_spec.json", "repo_root")
     (warning,) = catalog["warnings"]
     assert (
@@ -209,9 +215,9 @@ def test_fallback_names_the_repository_root(v15, monkeypatch):
 
 def test_fallback_without_pyyaml_says_so(v20, tmp_path, bare_python, no_pythonpath):
     checkout = with_export(v20, tmp_path)
-    catalog = spec_utils.load_checkout(checkout, python=bare_python)
+    catalog = ttis_checkout.load_checkout(checkout, python=bare_python)
     assert catalog["source"] == "release_model_spec.json"
-    assert catalog["import_error"]["cause"] == spec_utils.CAUSE_PYYAML
+    assert catalog["import_error"]["cause"] == ttis_checkout.CAUSE_PYYAML
     (warning,) = catalog["warnings"]
     assert f"{bare_python} (Python {'.'.join(map(str, sys.version_info[:3]))}) has no PyYAML" in warning
     assert "No module named 'yaml'" in warning
@@ -221,8 +227,8 @@ def test_fallback_without_pyyaml_says_so(v20, tmp_path, bare_python, no_pythonpa
 
 def test_fallback_when_the_interpreter_does_not_run(v20, tmp_path):
     checkout = with_export(v20, tmp_path)
-    catalog = spec_utils.load_checkout(checkout, python=str(tmp_path / "no-such-python"))
-    assert catalog["import_error"]["cause"] == spec_utils.CAUSE_INTERPRETER
+    catalog = ttis_checkout.load_checkout(checkout, python=str(tmp_path / "no-such-python"))
+    assert catalog["import_error"]["cause"] == ttis_checkout.CAUSE_INTERPRETER
     assert f"cannot run {tmp_path / 'no-such-python'}" in catalog["warnings"][0]
     assert PYTHON_HINT in catalog["warnings"][0]
 
@@ -232,8 +238,8 @@ def test_fallback_when_the_code_fails(v20, tmp_path):
     # Break the release's own catalog: the error of upstream's YAML loader is the cause, with no Python hint.
     with open(os.path.join(checkout, "workflows", "model_specs", "prod", "llm.yaml"), "w", encoding="utf-8") as out:
         out.write("templates: [{impl: no_such_impl}]\n")
-    catalog = spec_utils.load_checkout(checkout)
-    assert catalog["import_error"]["cause"] == spec_utils.CAUSE_CODE
+    catalog = ttis_checkout.load_checkout(checkout)
+    assert catalog["import_error"]["cause"] == ttis_checkout.CAUSE_CODE
     (warning,) = catalog["warnings"]
     assert "failed to import with" in warning
     assert "ValueError: Unknown impl 'no_such_impl'" in warning
@@ -246,8 +252,8 @@ def test_fallback_when_a_module_is_missing(v20, tmp_path):
     # A module the release's code imports and the interpreter lacks (another than PyYAML).
     with open(os.path.join(checkout, "workflows", "utils_report.py"), "a", encoding="utf-8") as out:
         out.write("\nimport ttfleet_absent_module\n")
-    catalog = spec_utils.load_checkout(checkout)
-    assert catalog["import_error"]["cause"] == spec_utils.CAUSE_MODULE
+    catalog = ttis_checkout.load_checkout(checkout)
+    assert catalog["import_error"]["cause"] == ttis_checkout.CAUSE_MODULE
     assert "lacks the module 'ttfleet_absent_module'" in catalog["warnings"][0]
     assert PYTHON_HINT in catalog["warnings"][0]
 
@@ -257,7 +263,7 @@ def test_fallback_without_code(tmp_path):
     checkout.mkdir()
     with gzip.open(V20_EXPORT, "rb") as handle:
         (checkout / "release_model_spec.json").write_bytes(handle.read())
-    catalog = spec_utils.load_checkout(str(checkout))
+    catalog = ttis_checkout.load_checkout(str(checkout))
     assert "import_error" not in catalog
     assert "it has no workflows/model_spec.py" in catalog["warnings"][0]
     assert PYTHON_HINT not in catalog["warnings"][0]
@@ -277,7 +283,7 @@ CHECKOUT = "/opt/tt-inference-server/releases/v0.15.0"
                 "python": [3, 11, 2],
                 "where": CHECKOUT + "/workflows/utils.py:71",
             },
-            spec_utils.CAUSE_REPO_ROOT,
+            ttis_checkout.CAUSE_REPO_ROOT,
             "workflows.model_spec refused to import: Repository root not found. No '.git' found in parent "
             f"directories. (no .git in {CHECKOUT} or above it)",
             False,
@@ -290,7 +296,7 @@ CHECKOUT = "/opt/tt-inference-server/releases/v0.15.0"
                 "python": [3, 9, 18],
                 "where": CHECKOUT + "/workflows/model_spec.py:930",
             },
-            spec_utils.CAUSE_PYTHON,
+            ttis_checkout.CAUSE_PYTHON,
             "does not import with /usr/bin/python3 (Python 3.9.18), older than the Python 3.10",
             True,
         ),
@@ -302,7 +308,7 @@ CHECKOUT = "/opt/tt-inference-server/releases/v0.15.0"
                 "module": "yaml",
                 "python": [3, 11, 2],
             },
-            spec_utils.CAUSE_PYYAML,
+            ttis_checkout.CAUSE_PYYAML,
             "/usr/bin/python3 (Python 3.11.2) has no PyYAML",
             True,
         ),
@@ -314,20 +320,20 @@ CHECKOUT = "/opt/tt-inference-server/releases/v0.15.0"
                 "module": "workflows.gone",
                 "python": [3, 11, 2],
             },
-            spec_utils.CAUSE_CODE,
+            ttis_checkout.CAUSE_CODE,
             "failed to import with /usr/bin/python3 (Python 3.11.2): ModuleNotFoundError",
             False,
         ),
         (
             {"kind": "elsewhere", "where": "/usr/lib/python3/dist-packages/workflows/model_spec.py", "python": [3, 11]},
-            spec_utils.CAUSE_CODE,
+            ttis_checkout.CAUSE_CODE,
             "imported workflows.model_spec from /usr/lib/python3/dist-packages/workflows/model_spec.py, not from",
             False,
         ),
     ],
 )
 def test_each_cause_has_its_own_words(info, cause, words, python_hint):
-    failure = spec_utils._import_failure(info, "/usr/bin/python3", CHECKOUT)
+    failure = ttis_checkout._import_failure(info, "/usr/bin/python3", CHECKOUT)
     assert failure.cause == cause
     assert words in str(failure)
     assert (PYTHON_HINT in failure.hint) is python_hint
@@ -335,9 +341,9 @@ def test_each_cause_has_its_own_words(info, cause, words, python_hint):
 
 def test_a_non_python_interpreter(v20, tmp_path):
     fake = shutil.which("false")
-    with pytest.raises(spec_utils.CodeImportError, match="exit status 1") as info:
-        spec_utils.export_from_checkout(v20, python=fake)
-    assert info.value.cause == spec_utils.CAUSE_OUTPUT
+    with pytest.raises(ttis_checkout.CodeImportError, match="exit status 1") as info:
+        ttis_checkout.export_from_checkout(v20, python=fake)
+    assert info.value.cause == ttis_checkout.CAUSE_OUTPUT
 
 
 # --- upstream's dev catalog ----------------------------------------------------------------------
@@ -345,42 +351,42 @@ def test_a_non_python_interpreter(v20, tmp_path):
 
 def test_dev_catalog_as_run_py_dev_mode(v20):
     before = tree(v20)
-    dev = spec_utils.load_checkout(v20, model_specs_env="dev")
+    dev = ttis_checkout.load_checkout(v20, model_specs_env="dev")
     assert tree(v20) == before
     assert (dev["source"], dev["model_specs_env"], dev["release_version"]) == ("checkout_code", "dev", "0.20.0")
-    prod = spec_utils.load_checkout(v20)
-    in_dev = {key(spec) for spec in spec_utils.iter_specs(dev)}
-    in_prod = {key(spec) for spec in spec_utils.iter_specs(prod)}
+    prod = ttis_checkout.load_checkout(v20)
+    in_dev = {key(spec) for spec in ttis_catalog.iter_specs(dev)}
+    in_prod = {key(spec) for spec in ttis_catalog.iter_specs(prod)}
     assert (len(in_dev), len(in_prod)) == (298, 225)
     assert ("Llama-3.1-8B-Instruct", "P150", "forge_vllm_plugin", "forge") in in_dev - in_prod
     # Dev specs pin no image and no version (v0.17.0 and later): run.py needs --override-docker-image.
-    assert not any(spec.get("version") or spec.get("docker_image") for spec in spec_utils.iter_specs(dev))
+    assert not any(spec.get("version") or spec.get("docker_image") for spec in ttis_catalog.iter_specs(dev))
     with pytest.raises(SpecError, match=r"pins no version.*--override-docker-image.*option image"):
-        spec_utils.resolve(dev, "Qwen3-32B", "p300x2")
-    result = spec_utils.resolve(dev, "Qwen3-32B", "p300x2", volume_root="/srv/tt", image=DEV_IMAGE)
+        ttis_derive.resolve(dev, "Qwen3-32B", "p300x2")
+    result = ttis_derive.resolve(dev, "Qwen3-32B", "p300x2", volume_root="/srv/tt", image=DEV_IMAGE)
     assert result["volume_name"] == "volume_id_tt_transformers-Qwen3-32B-v0.20.0"
     assert (result["docker_image"], result["tt_metal_commit"]) == (DEV_IMAGE, None)
     with pytest.raises(SpecError, match=r"the dev catalog of tt-inference-server 0\.20\.0"):
-        spec_utils.resolve(dev, "Qwen3-32B", "n150")
+        ttis_derive.resolve(dev, "Qwen3-32B", "n150")
 
 
 def test_dev_catalog_refused_before_v016(v15):
     with pytest.raises(SpecError, match=r"has no dev catalog .*since v0\.16\.0.*Set model_specs_env to prod"):
-        spec_utils.load_checkout(v15, model_specs_env="dev")
+        ttis_checkout.load_checkout(v15, model_specs_env="dev")
 
 
 def test_dev_catalog_has_no_fallback(v20, tmp_path, bare_python, no_pythonpath):
     checkout = with_export(v20, tmp_path)
     with pytest.raises(SpecError, match=r"has no PyYAML.*There is no fallback") as info:
-        spec_utils.load_checkout(checkout, python=bare_python, model_specs_env="dev")
+        ttis_checkout.load_checkout(checkout, python=bare_python, model_specs_env="dev")
     assert PYTHON_HINT in str(info.value)
 
 
 def test_dev_catalog_needs_a_checkout(tmp_path):
     with pytest.raises(SpecError, match=r"spec_file .* is an export, one catalog already"):
-        spec_utils.load_catalog(spec_file=V20_EXPORT, model_specs_env="dev")
+        ttis_source.load_catalog(spec_file=V20_EXPORT, model_specs_env="dev")
     with pytest.raises(SpecError, match="model_specs_env must be one of prod, dev"):
-        spec_utils.load_checkout(str(tmp_path), model_specs_env="staging")
+        ttis_checkout.load_checkout(str(tmp_path), model_specs_env="staging")
 
 
 def test_module_dev_catalog(capsys, v20, v15):
@@ -405,16 +411,16 @@ def test_module_dev_catalog(capsys, v20, v15):
 
 def test_image_override_outside_dev(v20):
     # run.py --override-docker-image: the tag's version names the volume, commits come from a CI tag only.
-    prod = spec_utils.load_checkout(v20)
+    prod = ttis_checkout.load_checkout(v20)
     ci = "ghcr.io/tenstorrent/tt-inference-server/vllm-tt-metal-src-dev-ubuntu-22.04-amd64:" + (
         "0.21.0-" + "a" * 40 + "-bbbbbbb-1234"
     )
-    result = spec_utils.resolve(prod, "Qwen3-32B", "p300x2", image=ci)
+    result = ttis_derive.resolve(prod, "Qwen3-32B", "p300x2", image=ci)
     assert (result["version"], result["tt_metal_commit"], result["vllm_commit"]) == ("0.21.0", "a" * 40, "bbbbbbb")
-    kept = spec_utils.resolve(prod, "Qwen3-32B", "p300x2", image="example/tt:dev")
+    kept = ttis_derive.resolve(prod, "Qwen3-32B", "p300x2", image="example/tt:dev")
     assert (kept["version"], kept["docker_image"]) == ("0.17.0", "example/tt:dev")
     media = "ghcr.io/tenstorrent/tt-media-inference-server:0.21.0-" + "c" * 40 + "-ddddddd-1"
-    assert spec_utils.image_commits(media) == ("c" * 40, None)
+    assert ttis_tags.image_commits(media) == ("c" * 40, None)
 
 
 # --- run.py --dev-mode --docker-server -----------------------------------------------------------
@@ -440,11 +446,11 @@ def dev_checkout(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def dev(dev_checkout):
-    return spec_utils.load_checkout(dev_checkout, model_specs_env="dev")
+    return ttis_checkout.load_checkout(dev_checkout, model_specs_env="dev")
 
 
 def command(catalog, case, **extra):
-    spec = spec_utils.select_spec(catalog, case["model"], case["device"], engine=case["engine"])
+    spec = ttis_select.select_spec(catalog, case["model"], case["device"], engine=case["engine"])
     argv = case["argv"]
     options = {
         "volume_root": case["volume_root"],
@@ -491,8 +497,8 @@ def test_dev_mode_of_older_releases(dev):
 
 
 def test_prod_catalog_has_no_dev_mounts(dev_checkout):
-    prod = spec_utils.load_checkout(dev_checkout)
-    spec = spec_utils.select_spec(prod, "Qwen3-32B", "p300x2")
+    prod = ttis_checkout.load_checkout(dev_checkout)
+    spec = ttis_select.select_spec(prod, "Qwen3-32B", "p300x2")
     result = container_command(spec, prod, volume_root="/srv/tt", runtime_spec_file="/etc/x.json")
     assert result["runtime_model_spec"] is None
     assert not any("RUNTIME_MODEL_SPEC_JSON_PATH" in argument or "/app/" in argument for argument in result["argv"])

@@ -12,12 +12,13 @@ import pytest
 from conftest import patch_module_args
 from unit_helpers import with_hardening
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _container as container_utils
-from ansible_collections.ttfleet.inference.plugins.module_utils import _spec as spec_utils
-from ansible_collections.ttfleet.inference.plugins.module_utils._spec import SpecError
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import catalog as ttis_catalog
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import container as container_utils
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import select as ttis_select
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.errors import SpecError
 from ansible_collections.ttfleet.inference.plugins.modules import container_command as container_module
 
-FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures")
+FIXTURES = os.path.join(os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 4)), "fixtures")
 V20 = os.path.join(FIXTURES, "specs", "release_model_spec-v0.20.0.json.gz")
 V16 = os.path.join(FIXTURES, "specs", "release_model_spec-v0.16.0.json.gz")
 RUNPY = os.path.join(FIXTURES, "runpy", "runpy-v0.20.0-docker-examples.json")
@@ -45,7 +46,7 @@ VALUED = {
 
 @pytest.fixture(scope="module")
 def v20():
-    return spec_utils.load_spec_file(V20)
+    return ttis_catalog.load_spec_file(V20)
 
 
 def parse_argv(argv):
@@ -123,7 +124,7 @@ def test_every_container_gets_no_new_privileges(v20):
 
 
 def command(catalog, model, device, **kwargs):
-    spec = spec_utils.select_spec(catalog, model, device)
+    spec = ttis_select.select_spec(catalog, model, device)
     return container_utils.container_command(spec, catalog, **kwargs)
 
 
@@ -206,7 +207,7 @@ def test_media_no_auth_is_an_env_var(v20):
 
 
 def test_cpp_sdxl_on_a_device_without_cpp_settings_uses_python_server(v20):
-    spec = spec_utils.select_spec(v20, "stable-diffusion-xl-base-1.0", "t3k")
+    spec = ttis_select.select_spec(v20, "stable-diffusion-xl-base-1.0", "t3k")
     spec = {**spec, "device_type": "N150X4"}
     options = options_of(container_utils.container_command(spec, v20)["argv"])
     assert ("-e", "MODEL=stable-diffusion-xl-base-1.0") in options
@@ -215,7 +216,7 @@ def test_cpp_sdxl_on_a_device_without_cpp_settings_uses_python_server(v20):
 
 def test_older_release_rules(v20):
     # v0.16.0's run.py did not set HF_HOME yet; v0.13.0's published media on P:P with vLLM arguments.
-    v16 = spec_utils.load_spec_file(V16)
+    v16 = ttis_catalog.load_spec_file(V16)
     options = options_of(command(v16, "whisper-large-v3", "n300")["argv"])
     assert ("-e", "CACHE_ROOT=/home/container_app_user/cache_root") in options
     assert not [key for key in options if key[0] == "-e" and key[1].startswith("HF_HOME=")]
@@ -258,7 +259,7 @@ def test_name_without_usable_characters(v20):
 
 
 def test_hostile_model_name_in_spec_is_sanitised(v20):
-    spec = {**spec_utils.select_spec(v20, "Llama-3.2-1B-Instruct", "n150"), "model_name": "evil;$(x) name"}
+    spec = {**ttis_select.select_spec(v20, "Llama-3.2-1B-Instruct", "n150"), "model_name": "evil;$(x) name"}
     result = container_utils.container_command(spec, v20)
     assert result["container_name"] == "tt-evil-x-name-n150"
 
@@ -290,7 +291,7 @@ def test_legacy_spec_is_refused_with_the_way_out(v20):
     with pytest.raises(SpecError) as exc:
         command(v20, "Llama-3.1-8B-Instruct", "n150", volume_root=VOLUME_ROOT)
     message = str(exc.value)
-    spec = spec_utils.select_spec(v20, "Llama-3.1-8B-Instruct", "n150")
+    spec = ttis_select.select_spec(v20, "Llama-3.1-8B-Instruct", "n150")
     assert "Llama-3.1-8B-Instruct" in message
     assert f"v{spec['version']}" in message
     assert "set image" in message.lower()

@@ -14,11 +14,14 @@ import time
 import pytest
 from conftest import patch_module_args
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _container, _spec
-from ansible_collections.ttfleet.inference.plugins.module_utils._spec import SpecError
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import catalog as ttis_catalog
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import container as _container
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import derive as ttis_derive
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import select as ttis_select
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.errors import SpecError
 from ansible_collections.ttfleet.inference.plugins.modules import container_command as container_module
 
-SPECS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "specs")
+SPECS = os.path.join(os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 4)), "fixtures", "specs")
 FIXTURES = sorted(glob.glob(os.path.join(SPECS, "release_model_spec-*.json.gz")))
 REPO = "meta-llama/Llama-3.2-1B-Instruct"
 
@@ -49,11 +52,11 @@ def run_container_command(capsys, args):
 
 @pytest.mark.parametrize("path", FIXTURES, ids=os.path.basename)
 def test_every_real_spec_is_accepted(path):
-    catalog = _spec.load_spec_file(path)
+    catalog = ttis_catalog.load_spec_file(path)
     count = 0
-    for spec in _spec.iter_specs(catalog):
+    for spec in ttis_catalog.iter_specs(catalog):
         count += 1
-        _spec.derive(spec, catalog, volume_root="/srv/tt-cache")
+        ttis_derive.derive(spec, catalog, volume_root="/srv/tt-cache")
         try:
             _container.container_command(spec, catalog, volume_root="/srv/tt-cache", host_weights_dir="/srv/w/m")
         except SpecError as exc:
@@ -108,8 +111,8 @@ def test_the_comma_error_names_file_model_device_and_value(tmp_path):
     data = v20_data()
     llama_n150(data)["model_name"] = "gpt-oss-120b,readonly,bind-propagation=rshared"
     path = write_spec_file(tmp_path, data)
-    catalog = _spec.load_spec_file(path)
-    spec = _spec.select_spec(catalog, REPO, "n150")
+    catalog = ttis_catalog.load_spec_file(path)
+    spec = ttis_select.select_spec(catalog, REPO, "n150")
     with pytest.raises(SpecError) as exc:
         _container.container_command(spec, catalog, volume_root="/srv/tt-cache")
     message = str(exc.value)
@@ -128,8 +131,8 @@ def test_the_comma_error_names_file_model_device_and_value(tmp_path):
     ],
 )
 def test_env_vars_that_would_break_docker_e_are_refused(env, field):
-    catalog = _spec.catalog_from_data(v20_data(), _spec.SOURCE_SPEC_FILE, path="/opt/specs/x.json")
-    spec = {**_spec.select_spec(catalog, "whisper-large-v3", "n150"), "env_vars": env}
+    catalog = ttis_catalog.catalog_from_data(v20_data(), ttis_catalog.SOURCE_SPEC_FILE, path="/opt/specs/x.json")
+    spec = {**ttis_select.select_spec(catalog, "whisper-large-v3", "n150"), "env_vars": env}
     with pytest.raises(SpecError) as exc:
         _container.container_command(spec, catalog, volume_root="/srv/tt-cache")
     assert "/opt/specs/x.json" in str(exc.value) and field in str(exc.value)
@@ -137,9 +140,9 @@ def test_env_vars_that_would_break_docker_e_are_refused(env, field):
 
 def test_env_values_with_commas_and_spaces_stay_valid():
     # MESH_DEVICE='(1, 4)' and warm-up lists are real values; they travel as one -e argument.
-    catalog = _spec.catalog_from_data(v20_data(), _spec.SOURCE_SPEC_FILE)
+    catalog = ttis_catalog.catalog_from_data(v20_data(), ttis_catalog.SOURCE_SPEC_FILE)
     spec = {
-        **_spec.select_spec(catalog, "whisper-large-v3", "n150"),
+        **ttis_select.select_spec(catalog, "whisper-large-v3", "n150"),
         "env_vars": {"MESH_DEVICE": "(1, 4)", "L": "32,64"},
     }
     argv = _container.container_command(spec, catalog)["argv"]
@@ -148,8 +151,8 @@ def test_env_values_with_commas_and_spaces_stay_valid():
 
 @pytest.mark.parametrize(("option", "value"), [("volume_root", "/srv/a=b"), ("host_weights_dir", '/srv/w"x')])
 def test_host_paths_that_would_change_mount_options_are_refused(option, value):
-    catalog = _spec.catalog_from_data(v20_data(), _spec.SOURCE_SPEC_FILE)
-    spec = _spec.select_spec(catalog, REPO, "n150")
+    catalog = ttis_catalog.catalog_from_data(v20_data(), ttis_catalog.SOURCE_SPEC_FILE)
+    spec = ttis_select.select_spec(catalog, REPO, "n150")
     with pytest.raises(SpecError, match=option):
         _container.container_command(spec, catalog, **{option: value})
 
@@ -176,7 +179,7 @@ def test_malformed_spec_names_file_model_device_and_key(tmp_path, change, expect
     change(llama_n150(data))
     path = write_spec_file(tmp_path, data)
     with pytest.raises(SpecError) as exc:
-        _spec.load_spec_file(path)
+        ttis_catalog.load_spec_file(path)
     message = str(exc.value)
     assert path in message and "0.20.0" in message
     assert "N150" in message and ("Llama-3.2-1B-Instruct" in message)
@@ -188,7 +191,7 @@ def test_malformed_spec_given_as_data_is_named_by_its_release():
     data = v20_data()
     llama_n150(data)["impl"].pop("impl_id")
     with pytest.raises(SpecError, match=r"^the specs of tt-inference-server 0\.20\.0: the spec of .* has no"):
-        _spec.catalog_from_data(data, _spec.SOURCE_SPEC_FILE)
+        ttis_catalog.catalog_from_data(data, ttis_catalog.SOURCE_SPEC_FILE)
 
 
 def test_malformed_spec_through_the_module(tmp_path, capsys):
@@ -209,7 +212,7 @@ def test_fifo_spec_file_is_refused_without_blocking(tmp_path):
 
     def load():
         try:
-            _spec.load_spec_file(str(fifo))
+            ttis_catalog.load_spec_file(str(fifo))
         except SpecError as exc:
             outcome["error"] = str(exc)
 
@@ -230,12 +233,12 @@ def test_spec_file_linked_from_a_user_writable_directory_is_not_followed(tmp_pat
     target.write_text(json.dumps(v20_data()))
     os.symlink(target, shared / "spec.json")
     with pytest.raises(SpecError, match="symbolic link"):
-        _spec.load_spec_file(str(shared / "spec.json"))
+        ttis_catalog.load_spec_file(str(shared / "spec.json"))
 
 
 def test_gzip_bomb_is_refused(tmp_path, monkeypatch):
-    monkeypatch.setattr(_spec, "SPEC_FILE_LIMIT", 1 << 16)
+    monkeypatch.setattr(ttis_catalog, "SPEC_FILE_LIMIT", 1 << 16)
     path = tmp_path / "big.json.gz"
     path.write_bytes(gzip.compress(b" " * (1 << 20)))
     with pytest.raises(SpecError, match="uncompressed"):
-        _spec.load_spec_file(str(path))
+        ttis_catalog.load_spec_file(str(path))

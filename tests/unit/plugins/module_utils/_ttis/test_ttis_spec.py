@@ -1,6 +1,6 @@
 # Copyright (c) ttfleet.inference contributors
 # SPDX-License-Identifier: Apache-2.0
-"""Unit tests for plugins/module_utils/_spec.py, parametrised over real tt-inference-server exports."""
+"""Unit tests for plugins/module_utils/_ttis (catalog, source, select, derive, tags) over real TTIS exports."""
 
 from __future__ import annotations
 
@@ -10,24 +10,22 @@ import os
 
 import pytest
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _spec as spec_utils
-from ansible_collections.ttfleet.inference.plugins.module_utils._spec import (
-    SpecError,
-    check_name,
-    derive,
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import checkout as ttis_checkout
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import source as ttis_source
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.catalog import iter_specs, load_spec_file
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.derive import derive, resolve
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.devices import mesh_name
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.errors import SpecError
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names import CONTAINER_CACHE_ROOT
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.select import list_models, select_spec
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.tags import (
     is_legacy_interface,
-    iter_specs,
-    list_models,
-    load_spec_file,
     parse_image_version,
     parse_version_tuple,
-    resolve,
-    select_spec,
 )
-from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.devices import mesh_name
-from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names import CONTAINER_CACHE_ROOT
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.validate import check_name
 
-SPEC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "specs")
+SPEC_DIR = os.path.join(os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 4)), "fixtures", "specs")
 RELEASES = ("v0.16.0", "v0.18.0", "v0.20.0")
 QB2_QWEN_IMAGE = (
     "ghcr.io/tenstorrent/tt-inference-server/vllm-tt-metal-src-release-ubuntu-22.04-amd64:0.17.0-8c48a10-f52987a"
@@ -384,7 +382,7 @@ def test_legacy_flat_file_takes_version_from_checkout(tmp_path):
     path = tmp_path / "model_specs_output.json"
     path.write_text(json.dumps(flat))
     (tmp_path / "VERSION").write_text("0.10.1\n")
-    loaded = spec_utils.load_checkout(str(tmp_path))
+    loaded = ttis_checkout.load_checkout(str(tmp_path))
     assert loaded["source"] == "model_specs_output.json"
     assert loaded["warnings"]
     result = resolve(loaded, "Qwen3-32B", "p300x2")
@@ -396,26 +394,26 @@ def test_legacy_flat_file_takes_version_from_checkout(tmp_path):
 def test_checkout_prefers_release_file_over_legacy_file(tmp_path):
     (tmp_path / "release_model_spec.json").write_bytes(fixture_bytes("v0.20.0"))
     (tmp_path / "model_specs_output.json").write_text("{}")
-    loaded = spec_utils.load_checkout(str(tmp_path))
+    loaded = ttis_checkout.load_checkout(str(tmp_path))
     assert loaded["source"] == "release_model_spec.json"
     assert "no workflows/model_spec.py" in loaded["warnings"][0]
 
 
 def test_checkout_without_specs(tmp_path):
     with pytest.raises(SpecError, match="does not look like a tt-inference-server checkout"):
-        spec_utils.load_checkout(str(tmp_path))
+        ttis_checkout.load_checkout(str(tmp_path))
 
 
 def test_checkout_not_a_directory(tmp_path):
     with pytest.raises(SpecError, match="is not a directory"):
-        spec_utils.load_checkout(str(tmp_path / "nowhere"))
+        ttis_checkout.load_checkout(str(tmp_path / "nowhere"))
 
 
 def test_load_catalog_needs_exactly_one_source(tmp_path):
     with pytest.raises(SpecError, match="exactly one"):
-        spec_utils.load_catalog()
+        ttis_source.load_catalog()
     with pytest.raises(SpecError, match="exactly one"):
-        spec_utils.load_catalog(tt_inference_server_dir=str(tmp_path), spec_file=fixture_path("v0.20.0"))
+        ttis_source.load_catalog(tt_inference_server_dir=str(tmp_path), spec_file=fixture_path("v0.20.0"))
 
 
 # --- list mode ---------------------------------------------------------------------------------
