@@ -64,12 +64,15 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.tags impor
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
-    from typing import Any, TypedDict
+    from collections.abc import Iterable, Mapping
+    from typing import Any, Protocol, TypedDict
 
     JSON = dict[str, Any]
-    # (image, what) -> (the reference to run, the mirror prefix that mapped it or None)
-    ImageMap = Callable[[str, str], tuple[str, str | None]]
+
+    class ImageMap(Protocol):
+        """The site's mirror of an image: the reference to run and the prefix that mapped it (None: not mapped)."""
+
+        def __call__(self, image: str, what: str) -> tuple[str, str | None]: ...
 
     class Rules(TypedDict):
         """The release-dependent rules of ``_rules``."""

@@ -42,7 +42,7 @@ def fail(out, kind, exc=None, **extra):
     info.update(extra)
     json.dump({"error": info}, out)
     out.flush()
-    sys.exit(3)
+    raise SystemExit(3)
 
 
 def import_workflows(root, emulated):

@@ -24,7 +24,7 @@ import sys
 import pytest
 from unit_helpers import unpack
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import entrypoint as entrypoint
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import entrypoint
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.tags import parse_version_tuple
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 5))

@@ -18,8 +18,7 @@ from unit_helpers import package_spec, with_hardening
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import catalog as ttis_catalog
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import container as container_utils
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import derive as ttis_derive
-from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import entrypoint as entrypoint
-from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import overrides as overrides
+from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import entrypoint, overrides
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import select as ttis_select
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.errors import SpecError
 
