@@ -1,16 +1,34 @@
 # Copyright (c) ttfleet.inference contributors
 # SPDX-License-Identifier: Apache-2.0
 
-"""Jinja filters of the serve role. Documentation lives beside this file, one YAML file per filter."""
+"""Jinja filters of the serve role: its plan, decided in plugins/module_utils/_plan/serve.py.
+
+Documentation lives beside this file, one YAML file per filter.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.parsing.convert_bool import boolean
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._serve import ServeError, plan_instances
+from ansible_collections.ttfleet.inference.plugins.module_utils._plan.serve import (
+    ServeError,
+    health_host,
+    image_fetch_list,
+    image_list,
+    image_records,
+    mirror_list,
+    plan_instances,
+    run_argv,
+    unit_plan,
+    volumes_missing,
+)
 
 
-def serve_instances(models: object, device: str | None, base_port: int | str = 8000) -> dict[str, object]:
+def serve_instances(models: Any, device: Any, base_port: Any = 8000) -> dict[str, Any]:
     if not isinstance(models, list):
         raise AnsibleFilterError("serve_instances: the input must be tt_models, a list of dicts.")
     try:
@@ -20,6 +38,102 @@ def serve_instances(models: object, device: str | None, base_port: int | str = 8
     return {"instances": instances, "problems": problems}
 
 
+def _results(name: str, value: Any, what: str) -> list[Any]:
+    if not isinstance(value, list) or not all(isinstance(item, Mapping) for item in value):
+        raise AnsibleFilterError(f"{name}: the input must be {what}, a list of dicts.")
+    return value
+
+
+def _result(name: str, value: Any, what: str) -> Mapping[str, Any]:
+    if value is not None and not isinstance(value, Mapping):
+        raise AnsibleFilterError(f"{name}: {what} must be a registered result (a dict).")
+    return value or {}
+
+
+def serve_image_list(commands: Any) -> list[dict[str, Any]]:
+    try:
+        return image_list(_results("serve_image_list", commands, "the results of container_command"))
+    except (KeyError, TypeError) as exc:
+        raise AnsibleFilterError(f"serve_image_list: malformed container_command results ({exc}).") from None
+
+
+def serve_mirror_list(pulls_by_host: Any) -> list[dict[str, Any]]:
+    if not isinstance(pulls_by_host, list) or not all(
+        (pulls is None or isinstance(pulls, list)) for pulls in pulls_by_host
+    ):
+        raise AnsibleFilterError(
+            "serve_mirror_list: the input must be the hosts' serve_registry_pulls, a list of lists."
+        )
+    try:
+        return mirror_list(pulls_by_host)
+    except (KeyError, TypeError) as exc:
+        raise AnsibleFilterError(f"serve_mirror_list: malformed serve_registry_pulls ({exc}).") from None
+
+
+def serve_image_fetch_list(images: Any, mirrored: Any = None) -> list[dict[str, Any]]:
+    try:
+        return image_fetch_list(
+            _results("serve_image_fetch_list", images, "the image list of serve_image_list"),
+            _result("serve_image_fetch_list", mirrored, "the result of image_mirror"),
+        )
+    except (KeyError, TypeError) as exc:
+        raise AnsibleFilterError(f"serve_image_fetch_list: malformed image_mirror result ({exc}).") from None
+
+
+def serve_image_records(probe: Any, fetched: Any = None) -> dict[str, Any]:
+    try:
+        return image_records(
+            _result("serve_image_records", probe, "the input"),
+            _result("serve_image_records", fetched, "the result of the fetch"),
+        )
+    except (KeyError, TypeError) as exc:
+        raise AnsibleFilterError(f"serve_image_records: malformed container_image result ({exc}).") from None
+
+
+def serve_run_argv(command: Any, record: Any = None, pin_digest: Any = True) -> list[str]:
+    try:
+        return run_argv(
+            _result("serve_run_argv", command, "the input"),
+            _result("serve_run_argv", record, "the image record"),
+            boolean(pin_digest, strict=True),
+        )
+    except (KeyError, TypeError) as exc:
+        raise AnsibleFilterError(f"serve_run_argv: malformed container_command result ({exc}).") from None
+
+
+def serve_volumes_missing(stats: Any, cache_plan: Any = None, check_mode: Any = False) -> list[str]:
+    try:
+        return volumes_missing(
+            _results("serve_volumes_missing", stats, "the results of the stat of the volumes"),
+            _result("serve_volumes_missing", cache_plan, "model_cache_plan"),
+            boolean(check_mode, strict=True),
+        )
+    except (KeyError, TypeError) as exc:
+        raise AnsibleFilterError(f"serve_volumes_missing: malformed results ({exc}).") from None
+
+
+def serve_unit_plan(causes: Any, check_mode: Any = False) -> dict[str, Any]:
+    if not isinstance(causes, Mapping) or not all((r is None or isinstance(r, Mapping)) for r in causes.values()):
+        raise AnsibleFilterError("serve_unit_plan: the input must map what was written to its registered result.")
+    return unit_plan(causes, boolean(check_mode, strict=True))
+
+
+def serve_health_host(bind_host: Any) -> str:
+    if bind_host is not None and not isinstance(bind_host, str):
+        raise AnsibleFilterError(f"serve_health_host: the input must be serve_bind_host, got {bind_host!r}.")
+    return health_host(bind_host)
+
+
 class FilterModule:
-    def filters(self) -> dict[str, object]:
-        return {"serve_instances": serve_instances}
+    def filters(self) -> dict[str, Any]:
+        return {
+            "serve_instances": serve_instances,
+            "serve_image_list": serve_image_list,
+            "serve_mirror_list": serve_mirror_list,
+            "serve_image_fetch_list": serve_image_fetch_list,
+            "serve_image_records": serve_image_records,
+            "serve_run_argv": serve_run_argv,
+            "serve_volumes_missing": serve_volumes_missing,
+            "serve_unit_plan": serve_unit_plan,
+            "serve_health_host": serve_health_host,
+        }

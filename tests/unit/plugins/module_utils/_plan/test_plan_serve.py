@@ -1,4 +1,4 @@
-"""Serving instances (plugins/module_utils/_serve.py), the serve_env module, the serve_instances filter and
+"""Serving instances (plugins/module_utils/_plan/serve.py), the serve_env module, the serve_instances filter and
 the instance wrapper of the serve role (roles/serve/files/ttfleet-serve)."""
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ from ansible.errors import AnsibleFilterError
 from conftest import patch_module_args
 
 from ansible_collections.ttfleet.inference.plugins.filter.serve import serve_instances
-from ansible_collections.ttfleet.inference.plugins.module_utils import _serve
-from ansible_collections.ttfleet.inference.plugins.module_utils._serve import ServeError
+from ansible_collections.ttfleet.inference.plugins.module_utils._plan import serve as _serve
+from ansible_collections.ttfleet.inference.plugins.module_utils._plan.serve import ServeError
 from ansible_collections.ttfleet.inference.plugins.modules import serve_env as serve_env_module
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# tests/unit/plugins/module_utils/_plan/<this file>: six levels below the checkout.
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 5))
 
 
 # --- names -------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 # Copyright (c) ttfleet.inference contributors
 # SPDX-License-Identifier: Apache-2.0
 
-"""Serving instances of the fleet contract: names, ports, boards and env files.
+"""Serving instances of the fleet contract: names, ports, boards, env files, and the serve plan of a host.
 
 Pure functions, standard library only. One instance per ``tt_models`` entry: its name is the entry's
 ``instance`` or a slug of the short model name; it runs as ``tt-serve@<instance>.service`` with its
@@ -16,7 +16,7 @@ import secrets
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
     from typing import Any
 
     JSON = dict[str, Any]
@@ -167,6 +167,126 @@ def health_host(bind_host: str | None) -> str:
     if bind_host in (_ANY_IPV4, "", None):
         return "127.0.0.1"
     return "[::1]" if bind_host == "::" else bind_host
+
+
+# ---------------------------------------------------------------------------------------------
+# The serve plan of a host, from the results of the role's tasks (roles/serve/tasks): which images are fetched and
+# from where, which volumes are missing, and what restarts an instance.
+
+# The entry keys of an instance that travel with its image to ttfleet.inference.container_image, by their name there.
+_ARCHIVE_KEYS = (
+    ("image_archive", "archive"),
+    ("image_archive_s3_key", "archive_s3_key"),
+    ("image_archive_sha256", "archive_sha256"),
+)
+
+
+def image_list(commands: Iterable[Mapping[str, Any]] | None) -> list[JSON]:
+    """The images of the present instances, each once, first instance first.
+
+    ``commands``: the loop results of ttfleet.inference.container_command, each with the instance it was computed
+    for under ``__serve_instance``. Each image is ``{image, origin}`` (the reference mapped by tt_registry_mirrors
+    and the one upstream names), with the first instance's archive (``archive``, ``archive_s3_key``,
+    ``archive_sha256``) when its entry names one. A skipped result (no ``image``) adds nothing.
+    """
+    found: dict[str, JSON] = {}
+    for command in commands or []:
+        if "image" not in command or command["image"] in found:
+            continue
+        entry: JSON = {"image": command["image"], "origin": command["image_origin"]}
+        instance = command.get("__serve_instance") or {}
+        for key, name in _ARCHIVE_KEYS:
+            if key in instance:
+                entry[name] = instance[key]
+        found[command["image"]] = entry
+    return list(found.values())
+
+
+def mirror_list(pulls_by_host: Iterable[Iterable[Mapping[str, Any]] | None]) -> list[JSON]:
+    """What the site cache host copies into the site registry: ``{source, target}`` per mirrored name, once.
+
+    ``pulls_by_host``: per host of the play, the images it pulls from a registry (its fact serve_registry_pulls,
+    each ``{image, origin, ...}``). An image pulled under its own name (no mirror) is the registry's, not the site's.
+    """
+    found: dict[str, JSON] = {}
+    for pulls in pulls_by_host or []:
+        for image in pulls or []:
+            if image["image"] != image["origin"] and image["image"] not in found:
+                found[image["image"]] = {"source": image["origin"], "target": image["image"]}
+    return list(found.values())
+
+
+def _ran(result: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """A registered result, or nothing when the task was skipped or never ran."""
+    return {} if not result or result.get("skipped") else result
+
+
+def image_fetch_list(images: Iterable[Mapping[str, Any]], mirrored: Mapping[str, Any] | None) -> list[JSON]:
+    """``images`` (see :func:`image_list`), each with the ``size`` the site copy (ttfleet.inference.image_mirror's
+    result ``mirrored``) gave its mirrored name: in check mode nothing is in the site registry yet to measure."""
+    sizes = {image["target"]: image["image_bytes"] for image in _ran(mirrored).get("images") or []}
+    return [dict(entry, size=sizes[entry["image"]]) if entry["image"] in sizes else dict(entry) for entry in images]
+
+
+def image_records(probe: Mapping[str, Any] | None, fetched: Mapping[str, Any] | None) -> dict[str, JSON]:
+    """image -> what the host has (ttfleet.inference.container_image: id, digest, pinned), after the fetch: the
+    probe's answer, replaced by the fetch's where it ran."""
+    found: dict[str, JSON] = {}
+    for image in [*(_ran(probe).get("images") or []), *(_ran(fetched).get("images") or [])]:
+        found[image["image"]] = image
+    return found
+
+
+def run_argv(command: Mapping[str, Any], record: Mapping[str, Any] | None, pin_digest: bool) -> list[str]:
+    """The container argv of an instance with the reference its unit runs: ``name:tag@digest`` when the registry gave
+    a digest and serve_image_pin_digest is on, else the image as computed."""
+    image = command["image"]
+    run = ((record or {}).get("pinned") or image) if pin_digest else image
+    return [run if arg == image else arg for arg in command["argv"]]
+
+
+def volumes_missing(
+    stats: Iterable[Mapping[str, Any]] | None, cache_plan: Mapping[str, Any] | None, check_mode: bool
+) -> list[str]:
+    """The present instances whose volume does not exist, as ``'instance (path)'``.
+
+    ``stats``: the loop results of the stat of each volume (item: the instance's container command). In check mode a
+    volume that model_cache plans in the same run (its result ``cache_plan``, model_cache_plan) is created by then.
+    """
+    planned = [model["volume"]["path"] for model in (cache_plan or {}).get("models") or []] if check_mode else []
+    missing = []
+    for result in stats or []:
+        item = result["item"]
+        if not (result.get("stat") or {}).get("exists", False) and item["volume"] not in planned:
+            missing.append(f"{item['__serve_instance']['instance']} ({item['volume']})")
+    return missing
+
+
+def changed(result: Mapping[str, Any] | None) -> bool:
+    """Ansible's ``changed`` test: the result's flag, or any loop result's."""
+    result = result or {}
+    if "changed" in result:
+        return bool(result["changed"])
+    results = result.get("results")
+    return isinstance(results, list) and any(isinstance(item, dict) and item.get("changed") for item in results)
+
+
+def unit_plan(causes: Mapping[str, Mapping[str, Any] | None], check_mode: bool) -> JSON:
+    """Whether an instance's unit restarts, why, and whether it can be asked about at all.
+
+    ``causes``: the results of the tasks whose change takes effect only in a new container, by what they wrote:
+    ``configuration`` (the argv, so a new image too), ``secrets`` (the env file), ``units`` (the template units),
+    ``wrapper`` and ``model spec``. Returns ``state`` (``restarted`` when any of them changed, else ``started``),
+    ``reasons`` (the names of those that changed) and ``asked``: false in check mode when the template units or the
+    configuration are not installed yet, so systemd cannot know the unit.
+    """
+    reasons = [name for name, result in causes.items() if changed(result)]
+    unknown = changed(causes.get("units")) or changed(causes.get("configuration"))
+    return {
+        "state": "restarted" if reasons else "started",
+        "reasons": reasons,
+        "asked": not (check_mode and unknown),
+    }
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,11 +15,12 @@ import threading
 import pytest
 from conftest import patch_module_args
 
-from ansible_collections.ttfleet.inference.plugins.module_utils import _serve
-from ansible_collections.ttfleet.inference.plugins.module_utils._serve import ServeError
+from ansible_collections.ttfleet.inference.plugins.module_utils._plan import serve as _serve
+from ansible_collections.ttfleet.inference.plugins.module_utils._plan.serve import ServeError
 from ansible_collections.ttfleet.inference.plugins.modules import serve_env as serve_env_module
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# tests/unit/plugins/module_utils/_plan/<this file>: six levels below the checkout.
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 5))
 
 
 def run_module(capsys, args):
