@@ -20,7 +20,11 @@ def release_links(found: Any, target: str, keep: Any, prune: Any = True, links: 
     if links is not None and not isinstance(links, list):
         raise AnsibleFilterError("release_links: links must be the results of the stat of current and previous.")
     try:
-        return plan_links(found, target, keep, boolean(prune, strict=True), links)
+        prune = boolean(prune, strict=True)
+    except TypeError:
+        raise AnsibleFilterError(f"release_links: prune must be true or false, got {prune!r}.") from None
+    try:
+        return plan_links(found, target, keep, prune, links)
     except ReleasesError as exc:
         raise AnsibleFilterError(f"release_links: {exc}") from None
     except (KeyError, TypeError) as exc:

@@ -50,6 +50,13 @@ def _result(name: str, value: Any, what: str) -> Mapping[str, Any]:
     return value or {}
 
 
+def _bool(name: str, value: Any, what: str) -> bool:
+    try:
+        return boolean(value, strict=True)
+    except TypeError:
+        raise AnsibleFilterError(f"{name}: {what} must be true or false, got {value!r}.") from None
+
+
 def serve_image_list(commands: Any) -> list[dict[str, Any]]:
     try:
         return image_list(_results("serve_image_list", commands, "the results of container_command"))
@@ -95,7 +102,7 @@ def serve_run_argv(command: Any, record: Any = None, pin_digest: Any = True) -> 
         return run_argv(
             _result("serve_run_argv", command, "the input"),
             _result("serve_run_argv", record, "the image record"),
-            boolean(pin_digest, strict=True),
+            _bool("serve_run_argv", pin_digest, "pin_digest"),
         )
     except (KeyError, TypeError) as exc:
         raise AnsibleFilterError(f"serve_run_argv: malformed container_command result ({exc}).") from None
@@ -106,7 +113,7 @@ def serve_volumes_missing(stats: Any, cache_plan: Any = None, check_mode: Any = 
         return volumes_missing(
             _results("serve_volumes_missing", stats, "the results of the stat of the volumes"),
             _result("serve_volumes_missing", cache_plan, "model_cache_plan"),
-            boolean(check_mode, strict=True),
+            _bool("serve_volumes_missing", check_mode, "check_mode"),
         )
     except (KeyError, TypeError) as exc:
         raise AnsibleFilterError(f"serve_volumes_missing: malformed results ({exc}).") from None
@@ -115,7 +122,7 @@ def serve_volumes_missing(stats: Any, cache_plan: Any = None, check_mode: Any = 
 def serve_unit_plan(causes: Any, check_mode: Any = False) -> dict[str, Any]:
     if not isinstance(causes, Mapping) or not all((r is None or isinstance(r, Mapping)) for r in causes.values()):
         raise AnsibleFilterError("serve_unit_plan: the input must map what was written to its registered result.")
-    return unit_plan(causes, boolean(check_mode, strict=True))
+    return unit_plan(causes, _bool("serve_unit_plan", check_mode, "check_mode"))
 
 
 def serve_health_host(bind_host: Any) -> str:

@@ -108,8 +108,10 @@ def test_board_clash_names_both_models(third_ids, where):
 
 def test_two_instances_without_device_ids_clash():
     _instances, problems = _serve.plan_instances([{"name": "a"}, {"name": "b"}], "n300")
-    assert problems == ["board clash: a (instance a, every board) and b (instance b, every board) share every "
-                        "board: give each its own device_ids"]
+    assert problems == [
+        "board clash: a (instance a, every board) and b (instance b, every board) share every "
+        "board: give each its own device_ids"
+    ]
 
 
 def test_absent_entries_do_not_clash_but_keep_their_position():
@@ -122,8 +124,9 @@ def test_absent_entries_do_not_clash_but_keep_their_position():
 def test_same_instance_name_twice():
     models = [{"name": "Qwen3-32B", "device_ids": [0, 1]}, {"name": "Qwen/Qwen3-32B", "device_ids": [2, 3]}]
     _instances, problems = _serve.plan_instances(models, "p300x2")
-    assert problems == ["Qwen3-32B and Qwen/Qwen3-32B both get instance name qwen3-32b: set a distinct instance key "
-                        "on one of them"]
+    assert problems == [
+        "Qwen3-32B and Qwen/Qwen3-32B both get instance name qwen3-32b: set a distinct instance key on one of them"
+    ]
     models[1]["instance"] = "qwen3-32b-b"
     assert _serve.plan_instances(models, "p300x2")[1] == []
 
