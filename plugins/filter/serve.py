@@ -57,11 +57,16 @@ def _bool(name: str, value: Any, what: str) -> bool:
         raise AnsibleFilterError(f"{name}: {what} must be true or false, got {value!r}.") from None
 
 
-def serve_image_list(commands: Any) -> list[dict[str, Any]]:
+def _call(name: str, what: str, function: Any, *args: Any) -> Any:
     try:
-        return image_list(_results("serve_image_list", commands, "the results of container_command"))
+        return function(*args)
     except (KeyError, TypeError) as exc:
-        raise AnsibleFilterError(f"serve_image_list: malformed container_command results ({exc}).") from None
+        raise AnsibleFilterError(f"{name}: malformed {what} ({exc}).") from None
+
+
+def serve_image_list(commands: Any) -> list[dict[str, Any]]:
+    commands = _results("serve_image_list", commands, "the results of container_command")
+    return _call("serve_image_list", "container_command results", image_list, commands)
 
 
 def serve_mirror_list(pulls_by_host: Any) -> list[dict[str, Any]]:
@@ -71,52 +76,33 @@ def serve_mirror_list(pulls_by_host: Any) -> list[dict[str, Any]]:
         raise AnsibleFilterError(
             "serve_mirror_list: the input must be the hosts' serve_registry_pulls, a list of lists."
         )
-    try:
-        return mirror_list(pulls_by_host)
-    except (KeyError, TypeError) as exc:
-        raise AnsibleFilterError(f"serve_mirror_list: malformed serve_registry_pulls ({exc}).") from None
+    return _call("serve_mirror_list", "serve_registry_pulls", mirror_list, pulls_by_host)
 
 
 def serve_image_fetch_list(images: Any, mirrored: Any = None) -> list[dict[str, Any]]:
-    try:
-        return image_fetch_list(
-            _results("serve_image_fetch_list", images, "the image list of serve_image_list"),
-            _result("serve_image_fetch_list", mirrored, "the result of image_mirror"),
-        )
-    except (KeyError, TypeError) as exc:
-        raise AnsibleFilterError(f"serve_image_fetch_list: malformed image_mirror result ({exc}).") from None
+    images = _results("serve_image_fetch_list", images, "the image list of serve_image_list")
+    mirrored = _result("serve_image_fetch_list", mirrored, "the result of image_mirror")
+    return _call("serve_image_fetch_list", "image_mirror result", image_fetch_list, images, mirrored)
 
 
 def serve_image_records(probe: Any, fetched: Any = None) -> dict[str, Any]:
-    try:
-        return image_records(
-            _result("serve_image_records", probe, "the input"),
-            _result("serve_image_records", fetched, "the result of the fetch"),
-        )
-    except (KeyError, TypeError) as exc:
-        raise AnsibleFilterError(f"serve_image_records: malformed container_image result ({exc}).") from None
+    probe = _result("serve_image_records", probe, "the input")
+    fetched = _result("serve_image_records", fetched, "the result of the fetch")
+    return _call("serve_image_records", "container_image result", image_records, probe, fetched)
 
 
 def serve_run_argv(command: Any, record: Any = None, pin_digest: Any = True) -> list[str]:
-    try:
-        return run_argv(
-            _result("serve_run_argv", command, "the input"),
-            _result("serve_run_argv", record, "the image record"),
-            _bool("serve_run_argv", pin_digest, "pin_digest"),
-        )
-    except (KeyError, TypeError) as exc:
-        raise AnsibleFilterError(f"serve_run_argv: malformed container_command result ({exc}).") from None
+    command = _result("serve_run_argv", command, "the input")
+    record = _result("serve_run_argv", record, "the image record")
+    pin = _bool("serve_run_argv", pin_digest, "pin_digest")
+    return _call("serve_run_argv", "container_command result", run_argv, command, record, pin)
 
 
 def serve_volumes_missing(stats: Any, cache_plan: Any = None, check_mode: Any = False) -> list[str]:
-    try:
-        return volumes_missing(
-            _results("serve_volumes_missing", stats, "the results of the stat of the volumes"),
-            _result("serve_volumes_missing", cache_plan, "model_cache_plan"),
-            _bool("serve_volumes_missing", check_mode, "check_mode"),
-        )
-    except (KeyError, TypeError) as exc:
-        raise AnsibleFilterError(f"serve_volumes_missing: malformed results ({exc}).") from None
+    stats = _results("serve_volumes_missing", stats, "the results of the stat of the volumes")
+    cache_plan = _result("serve_volumes_missing", cache_plan, "model_cache_plan")
+    check = _bool("serve_volumes_missing", check_mode, "check_mode")
+    return _call("serve_volumes_missing", "results", volumes_missing, stats, cache_plan, check)
 
 
 def serve_unit_plan(causes: Any, check_mode: Any = False) -> dict[str, Any]:

@@ -21,14 +21,6 @@ if TYPE_CHECKING:
     JSON = dict[str, Any]
 
 
-def _unique(items: Iterable[str]) -> list[str]:
-    seen: list[str] = []
-    for item in items:
-        if item not in seen:
-            seen.append(item)
-    return seen
-
-
 def kernel_deploys(
     planned: Sequence[Mapping[str, Any]] | None, models: Sequence[Any] | None, store: str, peer: str, host: str
 ) -> JSON:
@@ -88,7 +80,7 @@ def weights_round(mine: Mapping[str, Mapping[str, Any]] | None, round_: int) -> 
 def kernel_holders(slot: Mapping[str, Any], peer: str) -> list[str]:
     """The holders a puller asks for a kernel cache, in order: the slot's holder, the round's other holders, its
     kernel peer ``peer`` last, each once."""
-    return _unique([slot["peer"], *(slot.get("alternates") or []), peer])
+    return list(dict.fromkeys([slot["peer"], *(slot.get("alternates") or []), peer]))
 
 
 def kernel_holder_urls(

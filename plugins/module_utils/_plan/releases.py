@@ -47,14 +47,6 @@ def link_name(stat_result: Mapping[str, Any] | None) -> str:
     return posixpath.basename(str(stat.get("lnk_target") or ""))
 
 
-def _unique(items: Iterable[str]) -> list[str]:
-    seen: list[str] = []
-    for item in items:
-        if item not in seen:
-            seen.append(item)
-    return seen
-
-
 def _keep_count(keep: int | str) -> int:
     try:
         count = int(keep)
@@ -99,7 +91,7 @@ def plan_links(
         kept = [tag for tag in known if tag in window]
     else:
         kept = list(known)
-    pruned = _unique(tag for tag in known if tag not in kept)
+    pruned = list(dict.fromkeys(tag for tag in known if tag not in kept))
     pair = list(links or [])
     old_current = link_name(pair[0] if len(pair) > 0 else None)
     old_previous = link_name(pair[1] if len(pair) > 1 else None)

@@ -6,17 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._fanout import kernels_fanout
-from ansible_collections.ttfleet.inference.plugins.module_utils._plan.kernel_wants import (
-    kernel_deploys,
-    kernel_expected_sha256,
-    kernel_holder_urls,
-    kernel_holders,
-    kernel_round,
-    kernel_wants,
-    kernel_wants_by_host,
-    weights_holder_urls,
-    weights_round,
-)
+from ansible_collections.ttfleet.inference.plugins.module_utils._plan import kernel_wants as kw
 
 
 def key(model, volume="/opt/cache/v"):
@@ -49,14 +39,14 @@ MODELS = [{"name": "Qwen3-32B"}, {"name": "Llama-3.1-8B"}]
     ],
 )
 def test_kernel_deploys(store, peer, host, models, pulls):
-    plan = kernel_deploys(PLANNED, models, store, peer, host)
+    plan = kw.kernel_deploys(PLANNED, models, store, peer, host)
     assert plan["pulls"] is pulls
     assert plan["keys"] == ([key("Qwen3-32B"), key("Llama-3.1-8B")] if pulls else [])
 
 
 def test_kernel_deploys_with_an_empty_plan():
     # Check mode on a bare host can plan no model yet while tt_models names some.
-    assert kernel_deploys(None, MODELS, "path", "", "h1") == {"pulls": True, "keys": []}
+    assert kw.kernel_deploys(None, MODELS, "path", "", "h1") == {"pulls": True, "keys": []}
 
 
 def inspected(*deployable):
@@ -70,7 +60,7 @@ def inspected(*deployable):
 
 
 def test_kernel_wants_only_what_a_deploy_would_change():
-    assert kernel_wants(inspected(True, False, None, True), "cache-1", "lab") == {
+    assert kw.kernel_wants(inspected(True, False, None, True), "cache-1", "lab") == {
         "peer": "cache-1",
         "site": "lab",
         "keys": [key("m0"), key("m3")],
@@ -78,22 +68,22 @@ def test_kernel_wants_only_what_a_deploy_would_change():
 
 
 def test_converged_host_wants_nothing():
-    assert kernel_wants(inspected(False, None), "cache-1", "lab") == {}
-    assert kernel_wants([], "cache-1", "lab") == {}
-    assert kernel_wants(None, "cache-1", "lab") == {}
+    assert kw.kernel_wants(inspected(False, None), "cache-1", "lab") == {}
+    assert kw.kernel_wants([], "cache-1", "lab") == {}
+    assert kw.kernel_wants(None, "cache-1", "lab") == {}
 
 
 def test_kernel_wants_by_host_leaves_out_hosts_that_want_nothing():
     want = {"peer": "cache-1", "site": "lab", "keys": [key("m0")]}
-    assert kernel_wants_by_host([want, {}, None, want], ["h1", "h2", "h3", "h4"]) == {"h1": want, "h4": want}
+    assert kw.kernel_wants_by_host([want, {}, None, want], ["h1", "h2", "h3", "h4"]) == {"h1": want, "h4": want}
     with pytest.raises(ValueError, match="2 wants for 1 hosts"):
-        kernel_wants_by_host([want, want], ["h1"])
+        kw.kernel_wants_by_host([want, want], ["h1"])
 
 
 def test_kernel_wants_feed_the_fanout():
     want = {"peer": "cache-1", "site": "lab", "keys": [key("m0")]}
     hosts = ["h1", "h2", "h3"]
-    plan = kernels_fanout(kernel_wants_by_host([want, want, want], hosts), hosts)
+    plan = kernels_fanout(kw.kernel_wants_by_host([want, want, want], hosts), hosts)
     assert plan["peers"] == ["cache-1"]
     assert plan["rounds"] >= 1
 
@@ -106,11 +96,11 @@ SLOTS = [
 
 
 def test_kernel_round():
-    assert kernel_round(SLOTS, 1) == {"pull": [SLOTS[0]], "serve": False}
-    assert kernel_round(SLOTS, 2) == {"pull": [SLOTS[1]], "serve": True}
+    assert kw.kernel_round(SLOTS, 1) == {"pull": [SLOTS[0]], "serve": False}
+    assert kw.kernel_round(SLOTS, 2) == {"pull": [SLOTS[1]], "serve": True}
     # Only a pulled cache is served from this host's spool: a slot that is done here serves nothing.
-    assert kernel_round(SLOTS, 3) == {"pull": [], "serve": False}
-    assert kernel_round(None, 1) == {"pull": [], "serve": False}
+    assert kw.kernel_round(SLOTS, 3) == {"pull": [], "serve": False}
+    assert kw.kernel_round(None, 1) == {"pull": [], "serve": False}
 
 
 def test_weights_round():
@@ -119,10 +109,10 @@ def test_weights_round():
         "Llama-3.1-8B": {"role": "seed", "round": 0, "serve_rounds": [1, 2]},
         "Whisper": {"role": "pull", "round": 2, "peer": "h1", "alternates": ["h3"], "serve_rounds": []},
     }
-    assert weights_round(mine, 1) == {"pull": ["Qwen3-32B"], "serve": ["Llama-3.1-8B"]}
-    assert weights_round(mine, 2) == {"pull": ["Whisper"], "serve": ["Qwen3-32B", "Llama-3.1-8B"]}
-    assert weights_round(mine, 3) == {"pull": [], "serve": ["Qwen3-32B"]}
-    assert weights_round({}, 1) == {"pull": [], "serve": []}
+    assert kw.weights_round(mine, 1) == {"pull": ["Qwen3-32B"], "serve": ["Llama-3.1-8B"]}
+    assert kw.weights_round(mine, 2) == {"pull": ["Whisper"], "serve": ["Qwen3-32B", "Llama-3.1-8B"]}
+    assert kw.weights_round(mine, 3) == {"pull": [], "serve": ["Qwen3-32B"]}
+    assert kw.weights_round({}, 1) == {"pull": [], "serve": []}
 
 
 @pytest.mark.parametrize(
@@ -136,7 +126,7 @@ def test_weights_round():
     ],
 )
 def test_kernel_holders_in_order_peer_last(slot, peer, holders):
-    assert kernel_holders(slot, peer) == holders
+    assert kw.kernel_holders(slot, peer) == holders
 
 
 PEER_SERVERS = [
@@ -152,7 +142,7 @@ def test_holder_urls_peer_from_its_server_others_from_their_fact():
         {"id": "k2", "peer": "cache-1", "alternates": []},
     ]
     urls = {"h2": "http://h2:9001/T2/", "h3": "http://h3:9001/T3/"}
-    assert kernel_holder_urls(slots, "cache-1", ["cache-1"], PEER_SERVERS, urls) == {
+    assert kw.kernel_holder_urls(slots, "cache-1", ["cache-1"], PEER_SERVERS, urls) == {
         "k1": ["http://h2:9001/T2/", "http://h3:9001/T3/", "http://cache-1:9000/T1/"],
         "k2": ["http://cache-1:9000/T1/"],
     }
@@ -166,7 +156,7 @@ def test_holder_urls_skip_a_holder_that_lacks_a_server():
         {"id": "k2", "peer": "h2", "alternates": []},
     ]
     urls = {"h2": "", "h3": "http://h3:9001/T3/"}
-    assert kernel_holder_urls(slots, "cache-2", ["cache-1", "cache-2"], PEER_SERVERS, urls) == {
+    assert kw.kernel_holder_urls(slots, "cache-2", ["cache-1", "cache-2"], PEER_SERVERS, urls) == {
         "k1": ["http://h3:9001/T3/"],
         "k2": [],
     }
@@ -175,13 +165,13 @@ def test_holder_urls_skip_a_holder_that_lacks_a_server():
 def test_holder_urls_a_kernel_peer_never_answers_from_its_fact():
     # A kernel peer serves its spool from the start; a fact it may carry from another play is not used.
     slots = [{"id": "k1", "peer": "cache-1", "alternates": []}]
-    assert kernel_holder_urls(slots, "cache-1", ["cache-1"], [], {"cache-1": "http://stale/"}) == {"k1": []}
+    assert kw.kernel_holder_urls(slots, "cache-1", ["cache-1"], [], {"cache-1": "http://stale/"}) == {"k1": []}
 
 
 def test_holder_urls_of_a_holder_outside_the_play():
     slots = [{"id": "k1", "peer": "gone", "alternates": []}]
-    assert kernel_holder_urls(slots, "cache-1", ["cache-1"], None, {}) == {"k1": []}
-    assert kernel_holder_urls(slots, "cache-1", ["cache-1"], PEER_SERVERS, {}) == {"k1": ["http://cache-1:9000/T1/"]}
+    assert kw.kernel_holder_urls(slots, "cache-1", ["cache-1"], None, {}) == {"k1": []}
+    assert kw.kernel_holder_urls(slots, "cache-1", ["cache-1"], PEER_SERVERS, {}) == {"k1": ["http://cache-1:9000/T1/"]}
 
 
 def test_expected_sha256_from_the_pack_result_of_the_key():
@@ -190,11 +180,11 @@ def test_expected_sha256_from_the_pack_result_of_the_key():
         {"__model_cache_kspec": key("b"), "manifest": {"sha256": "2" * 64}},
         {"__model_cache_kspec": key("c"), "failed": True},
     ]
-    assert kernel_expected_sha256(packed, key("b")) == "2" * 64
+    assert kw.kernel_expected_sha256(packed, key("b")) == "2" * 64
     # No pack result, or one without a manifest: empty, which kernel_cache refuses.
-    assert kernel_expected_sha256(packed, key("c")) == ""
-    assert kernel_expected_sha256(packed, key("d")) == ""
-    assert kernel_expected_sha256(None, key("a")) == ""
+    assert kw.kernel_expected_sha256(packed, key("c")) == ""
+    assert kw.kernel_expected_sha256(packed, key("d")) == ""
+    assert kw.kernel_expected_sha256(None, key("a")) == ""
 
 
 def test_weights_holder_urls_holder_first_then_alternates():
@@ -205,7 +195,7 @@ def test_weights_holder_urls_holder_first_then_alternates():
         "h2": {"Other": "http://h2/T2/"},
         "h3": None,
     }
-    assert weights_holder_urls(slot, "Qwen3-32B", urls) == ["http://h1/T1/"]
+    assert kw.weights_holder_urls(slot, "Qwen3-32B", urls) == ["http://h1/T1/"]
     urls["h3"] = {"Qwen3-32B": "http://h3/T3/"}
-    assert weights_holder_urls(slot, "Qwen3-32B", urls) == ["http://h1/T1/", "http://h3/T3/"]
-    assert weights_holder_urls({"peer": "gone", "alternates": []}, "Qwen3-32B", urls) == []
+    assert kw.weights_holder_urls(slot, "Qwen3-32B", urls) == ["http://h1/T1/", "http://h3/T3/"]
+    assert kw.weights_holder_urls({"peer": "gone", "alternates": []}, "Qwen3-32B", urls) == []
