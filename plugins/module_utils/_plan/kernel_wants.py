@@ -5,7 +5,7 @@
 
 Pure functions, standard library only. The role model_cache deploys the kernel (tensor) caches of a host's models
 from model_cache_kernel_store (roles/model_cache/tasks/kernels.yml). With the ``peer`` store each host publishes what
-it wants from its kernel peer; the fan-out (module_utils _fanout.kernels_fanout) spreads the pulls over doubling
+it wants from its kernel peer; the fan-out (_plan/fanout.py, kernels_fanout) spreads the pulls over doubling
 rounds; in each round a puller asks its holder first, then the round's other holders, its kernel peer last
 (kernels_round.yml). The weights fan-out (weights_round.yml) asks its holders the same way, the origin last.
 """

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._fanout import kernels_fanout
 from ansible_collections.ttfleet.inference.plugins.module_utils._plan import kernel_wants as kw
+from ansible_collections.ttfleet.inference.plugins.module_utils._plan.fanout import kernels_fanout
 
 
 def key(model, volume="/opt/cache/v"):
