@@ -382,7 +382,7 @@ runtime_model_spec:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._images import ImageError, map_image
+from ansible_collections.ttfleet.inference.plugins.module_utils._images.refs import ImageError, map_image
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.container import (
     DEFAULT_BIND_HOST,
     DEFAULT_IMAGE_USER,

@@ -200,262 +200,13 @@ bytes:
   type: int
 """
 
-import hashlib
-import os
-import time
-from collections.abc import Callable
-from typing import Any, BinaryIO
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._fs.files import open_path
-from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError
-from ansible_collections.ttfleet.inference.plugins.module_utils._fs.space import free_bytes, human_bytes
+from ansible_collections.ttfleet.inference.plugins.module_utils._base.module import fail_on
 from ansible_collections.ttfleet.inference.plugins.module_utils._host.progress import Progress
-from ansible_collections.ttfleet.inference.plugins.module_utils._images import (
-    Engine,
-    EngineAbsent,
-    ImageError,
-    Registry,
-    archive_writers,
-    check_archive_pin,
-    check_pin,
-    parse_reference,
-    read_auth,
-    repo_digest,
-)
+from ansible_collections.ttfleet.inference.plugins.module_utils._images.fetch import fetch_images
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.proxy import PROXY_OPTIONS, apply_proxy_env
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.options import S3_OPTIONS
-
-
-def _plan(
-    params: dict[str, Any], engine: Engine, check_mode: bool, warn: Callable[[str], None]
-) -> list[dict[str, Any]]:
-    """Per image: the engine's record, and for a missing one its source and size."""
-    plan = []
-    registries = {}
-    absent: list[bool] = []
-    for item in params["images"]:
-        ref = parse_reference(item["image"], "images[].image")
-        entry = {"item": item, "ref": ref, "record": _inspect(engine, item["image"], check_mode, warn, absent)}
-        entry.update(size=None, source="present")
-        plan.append(entry)
-        if entry["record"] is not None:
-            continue
-        pin = check_pin(item["archive_sha256"], f"{ref}: archive_sha256") if item.get("archive_sha256") else None
-        entry["pin"] = pin
-        if item.get("archive"):
-            entry["source"] = "archive"
-            entry["handle"], entry["size"], entry["expected_id"] = _open_archive(item["archive"], ref, pin)
-            continue
-        if item.get("archive_s3_key"):
-            entry["source"] = "s3"
-            entry["size"] = _s3_client(params).head_object(params["s3_bucket"], _s3_key(params, item))
-            if entry["size"] is None:
-                raise ImageError(f"{ref}: s3://{params['s3_bucket']}/{_s3_key(params, item)} does not exist")
-            entry["size"] = entry["size"]["size"]
-            continue
-        if not params["pull"]:
-            raise ImageError(
-                f"image {ref} is not on the host and pulls are off: give it an archive or allow pulls "
-                "(serve_image_pull)"
-            )
-        entry["source"] = "registry"
-        if ref.registry not in registries:
-            registries[ref.registry] = Registry(
-                ref.registry,
-                read_auth(params["docker_config"], ref.registry),
-                certs_dir=params["certs_dir"],
-                timeout=params["timeout"],
-                stall=min(params["timeout"], 60),
-            )
-        try:
-            resolved = registries[ref.registry].resolve(ref.path, ref.reference)
-        except ImageError as exc:
-            if not check_mode:
-                raise
-            entry["size"] = item.get("size")
-            if entry["size"] is None:
-                warn(f"{ref}: {exc}; its size is unknown")
-            continue
-        entry["size"] = resolved["bytes"]
-        entry["auth"] = registries[ref.registry].auth
-    return plan
-
-
-def _open_archive(path: str, ref: Any, pin: str | None) -> tuple[BinaryIO, int, str | None]:
-    """(handle, size, image ID to expect or None) of a local archive that may be loaded: root's own, in a tree only
-    root can write, or matching its pin. The handle is what gets loaded, so a later swap of the path changes nothing."""
-    try:
-        fd, st = open_path(path)
-    except (OSError, SafeFileError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else exc.reason
-        raise ImageError(
-            f"{ref}: its archive {path} cannot be read ({reason}): copy the docker save tarball there or remove archive"
-        ) from None
-    handle = os.fdopen(fd, "rb")
-    try:
-        if pin is not None:
-            return handle, st.st_size, check_archive_pin(handle, pin, ref, path, "archive_sha256")
-        writers = archive_writers(fd)
-        if writers:
-            raise ImageError(
-                f"{ref}: its archive {path} is refused: a non-root user can replace or rewrite it before root loads it "
-                f"into the engine, through {'; '.join(writers)}. Move it into a directory only root can write "
-                "(owned by root, chmod go-w on every level, the file root's too), or pin it with image_archive_sha256 "
-                "(its image ID, the Id of docker image inspect IMAGE where it was saved, or its sha256sum)"
-            )
-        return handle, st.st_size, None
-    except BaseException:
-        handle.close()
-        raise
-
-
-def _check_loaded(engine: Engine, entry: dict[str, Any], record: dict[str, Any] | None, streamed: str | None) -> None:
-    """After a load: the engine's image must be the pinned one, else the reference is removed and the task fails."""
-    ref, item = entry["ref"], entry["item"]
-    expected, pin = entry.get("expected_id"), entry.get("pin")
-    image_id = (record or {}).get("Id")
-    if pin is None or image_id == (expected or pin) or (expected is None and streamed == pin):
-        return
-    engine.remove(item["image"])
-    raise ImageError(
-        f"the archive of {ref} ({item.get('archive') or item.get('archive_s3_key')}) loaded image ID {image_id}, not "
-        f"the pinned {expected or pin} (archive_sha256): the archive changed while it was loaded; the image was "
-        "removed again. Put the right archive back"
-    )
-
-
-def _inspect(
-    engine: Engine, image: str, check_mode: bool, warn: Callable[[str], None], absent: list[bool]
-) -> dict[str, Any] | None:
-    """The engine's record of image; in check mode a host whose engine is not there yet (tt_host installs it in the same
-    run) has none of its images."""
-    try:
-        return engine.inspect(image)
-    except EngineAbsent as exc:
-        if not check_mode:
-            raise
-        if not absent:
-            warn(f"{exc}; check mode counts every image as to fetch")
-            absent.append(True)
-        return None
-
-
-def _s3_client(params: dict[str, Any]) -> Any:  # an S3Client, imported here so that a run without S3 never loads it
-    from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.client import S3Client
-
-    return S3Client.from_options(params)
-
-
-def _s3_key(params: dict[str, Any], item: dict[str, Any]) -> str:
-    prefix = params["s3_prefix"].strip("/")
-    return f"{prefix}/{item['archive_s3_key']}" if prefix else item["archive_s3_key"]
-
-
-class _Hashing:
-    """A reader that hashes what passes through it (an S3 archive is pinned by what was streamed)."""
-
-    def __init__(self, handle: Any) -> None:
-        self.handle = handle
-        self.hash = hashlib.sha256()
-
-    def read(self, amount: int) -> bytes:
-        data = self.handle.read(amount)
-        self.hash.update(data)
-        return data
-
-    def digest(self) -> str:
-        return "sha256:" + self.hash.hexdigest()
-
-
-def _preflight(params: dict[str, Any], engine: Engine, plan: list[dict[str, Any]]) -> None:
-    need = sum(e["size"] or 0 for e in plan if e["source"] != "present")
-    if not need:
-        return
-    root = engine.info().get("DockerRootDir") or "/var/lib/docker"
-    free = free_bytes(root)
-    wanted = int(need * params["expansion"])
-    if free < wanted:
-        names = ", ".join(f"{e['ref']} ({human_bytes(e['size'] or 0)})" for e in plan if e["source"] != "present")
-        raise ImageError(
-            f"the images to fetch need about {human_bytes(wanted)} in {root} ({human_bytes(need)} of compressed layers "
-            f"times {params['expansion']}) and it has {human_bytes(free)} free: {names}. Free space there (docker "
-            "image prune removes images no container uses) or move the engine's data-root"
-        )
-
-
-def _fetch(params: dict[str, Any], engine: Engine, plan: list[dict[str, Any]], progress: Progress) -> None:
-    base = 0
-    for entry in plan:
-        if entry["source"] == "present":
-            continue
-        item, ref = entry["item"], entry["ref"]
-
-        def report(done: int, base: int = base, ref: Any = ref) -> None:
-            progress.advance(base + done - progress.done, str(ref))
-
-        if entry["source"] == "registry":
-            entry["fetched"] = engine.pull(ref, entry.get("auth"), entry["size"] or 0, report=report)
-        else:
-            if entry["source"] == "archive":
-                handle, size = entry.pop("handle"), entry["size"]
-            else:
-                resp, _start = _s3_client(params).open_object(
-                    params["s3_bucket"], _s3_key(params, item), 0, entry["size"]
-                )
-                handle, size = resp, entry["size"]
-            # Only a pinned S3 archive is judged by what streamed: a local one was checked before the load.
-            hashing = _Hashing(handle) if entry["source"] == "s3" and entry.get("pin") else None
-            with handle:
-                loaded = engine.load(hashing or handle, size, report=report)
-            entry["fetched"] = size
-            record = engine.inspect(item["image"])
-            if record is None:
-                raise ImageError(
-                    f"the archive of {ref} ({item.get('archive') or item.get('archive_s3_key')}) does not hold it; it "
-                    f"loaded {', '.join(loaded) or 'nothing'}: save it with docker save {item.get('origin') or ref}"
-                )
-            _check_loaded(engine, entry, record, hashing.digest() if hashing else None)
-        entry["record"] = engine.inspect(item["image"])
-        if entry["record"] is None:
-            raise ImageError(f"the engine does not list {ref} after its {entry['source']} fetch")
-        base += entry["size"] or entry["fetched"]
-
-
-def _result(plan: list[dict[str, Any]], check_mode: bool) -> list[dict[str, Any]]:
-    images = []
-    for entry in plan:
-        record, ref = entry["record"], entry["ref"]
-        digest = repo_digest(record, ref) or (ref.digest if record is not None else None)
-        images.append(
-            {
-                "image": str(entry["item"]["image"]),
-                "origin": entry["item"].get("origin") or entry["item"]["image"],
-                "source": entry["source"],
-                "id": record.get("Id") if record else None,
-                "digest": digest,
-                "pinned": ref.pinned(digest) if digest and not ref.digest else entry["item"]["image"],
-                "bytes": (entry["size"] if check_mode else entry.get("fetched", entry["size"]))
-                if entry["source"] != "present"
-                else 0,
-            }
-        )
-    return images
-
-
-def _diff(images: list[dict[str, Any]], check_mode: bool) -> dict[str, str]:
-    before, after = [], []
-    for image in images:
-        if image["source"] == "present":
-            line = f"{image['image']}: present"
-            before.append(line)
-            after.append(line)
-            continue
-        size = "unknown size" if image["bytes"] is None else human_bytes(image["bytes"])
-        before.append(f"{image['image']}: absent")
-        after.append(f"{image['image']}: {'to fetch' if check_mode else 'fetched'} from {image['source']} ({size})")
-    return {"before": "\n".join(before) + "\n", "after": "\n".join(after) + "\n"}
 
 
 def main() -> None:
@@ -487,33 +238,16 @@ def main() -> None:
         ),
         supports_check_mode=True,
     )
-    params = module.params
     apply_proxy_env(module)
-    started = time.monotonic()
-    engine = Engine(params["docker_socket"], stall=params["stall_timeout"])
-    try:
-        plan = _plan(params, engine, module.check_mode, module.warn)
-        if not module.check_mode:
-            _preflight(params, engine, plan)
-            total = sum(e["size"] or 0 for e in plan if e["source"] != "present")
-            progress = Progress(total, params["status_file"])
-            _fetch(params, engine, plan, progress)
-            if total:
-                progress.write(state="done")
-    except ImageError as exc:
-        module.fail_json(msg=str(exc))
-    except Exception as exc:  # an S3 or file error: a failure naming it, never a traceback
-        module.fail_json(msg=f"container_image: {type(exc).__name__}: {exc}")
-    images = _result(plan, module.check_mode)
-    changed = any(image["source"] != "present" for image in images)
-    result = {
-        "changed": changed,
-        "images": images,
-        "bytes": sum(image["bytes"] or 0 for image in images),
-    }
-    result["seconds"] = round(time.monotonic() - started, 2)
-    if module._diff:
-        result["diff"] = _diff(images, module.check_mode)
+    # An S3 or file error is a failure naming it, never a traceback.
+    with fail_on(module, any_error="container_image"):
+        result = fetch_images(
+            module.params,
+            module.check_mode,
+            module._diff,
+            module.warn,
+            lambda total: Progress(total, module.params["status_file"]),
+        )
     module.exit_json(**result)
 
 

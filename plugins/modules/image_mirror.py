@@ -178,134 +178,12 @@ origin_bytes:
   type: int
 """
 
-import time
-from typing import Any
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._fs.space import human_bytes
+from ansible_collections.ttfleet.inference.plugins.module_utils._base.module import fail_on
 from ansible_collections.ttfleet.inference.plugins.module_utils._host.progress import Progress
-from ansible_collections.ttfleet.inference.plugins.module_utils._images import (
-    ImageError,
-    Login,
-    Registry,
-    VerifyingReader,
-    check_logins,
-    map_image,
-    parse_reference,
-    registry_host,
-)
+from ansible_collections.ttfleet.inference.plugins.module_utils._images.mirror import mirror_images
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.proxy import PROXY_OPTIONS, apply_proxy_env
-
-
-def _client(
-    cache: dict[str, Registry], registry: str, logins: dict[str, Login], params: dict[str, Any], targets: set[str]
-) -> Registry:
-    """The client of ``registry``, with the credentials (and CA) set for that registry and no other's."""
-    if registry not in cache:
-        login = logins.get(registry)
-        ca_data = params["target_ca_cert"] if registry in targets else None
-        cache[registry] = Registry(
-            registry,
-            login.auth if login else None,
-            plain_http=registry in params["plain_http"],
-            certs_dir=params["certs_dir"],
-            timeout=params["timeout"],
-            stall=min(params["timeout"], 60),
-            ca_data=ca_data or (login.ca_cert if login else None),
-        )
-    return cache[registry]
-
-
-def logins_of(params: dict[str, Any], targets: set[str]) -> dict[str, Login]:
-    """``{registry: Login}``: registry_credentials, plus the deprecated per-side options bound to their registry (the
-    source's to source_registry, the target's to the one registry of the targets)."""
-    logins = check_logins(params["registry_credentials"], "registry_credentials")
-    legacy = []
-    if params["source_username"] or params["source_password"] is not None:
-        if not params["source_username"] or params["source_password"] is None or not params["source_registry"]:
-            raise ImageError(
-                "source_username and source_password belong to one registry and are never sent to every origin: give "
-                "both with source_registry (the host[:port] read from, after upstream), or use registry_credentials"
-            )
-        legacy.append(("source", registry_host(params["source_registry"], "source_registry")))
-    if params["target_username"] or params["target_password"] is not None:
-        if len(targets) != 1 or not params["target_username"] or params["target_password"] is None:
-            raise ImageError(
-                f"target_username and target_password are for one site registry, and the targets name "
-                f"{', '.join(sorted(targets))}: give both, or use registry_credentials with an entry per registry"
-            )
-        legacy.append(("target", next(iter(targets))))
-    for side, registry in legacy:
-        if registry in logins:
-            raise ImageError(
-                f"{side}_username and registry_credentials both set credentials for {registry}: keep one of them"
-            )
-        logins[registry] = Login(params[f"{side}_username"], params[f"{side}_password"])
-    return logins
-
-
-def plan(params: dict[str, Any]) -> list[dict[str, Any]]:
-    clients: dict[str, Registry] = {}
-    work = []
-    pairs = []
-    for pair in params["images"]:
-        read_from, _prefix = map_image(pair["source"], params["upstream"], "images[].source")
-        source = parse_reference(read_from, "images[].source")
-        target = parse_reference(pair["target"], "images[].target")
-        if target.digest or not target.tag:
-            raise ImageError(f"images[].target {pair['target']!r}: give the site registry's reference with a tag")
-        pairs.append((pair, source, target))
-    targets = {target.registry for _pair, _source, target in pairs}
-    logins = logins_of(params, targets)
-    for pair, source, target in pairs:
-        # Looked up by the registry each request goes to: an upstream proxy is not the origin.
-        src = _client(clients, source.registry, logins, params, targets)
-        dst = _client(clients, target.registry, logins, params, targets)
-        resolved = src.resolve(source.path, source.reference)
-        digest = resolved.get("platform_digest") or resolved["digest"]
-        # target.tag was checked above, before the pair was kept; mypy cannot follow it through the tuple.
-        _body, _media, have = dst.manifest(target.path, target.tag, method="HEAD", missing_ok=True)  # type: ignore[arg-type]
-        entry = {
-            "pair": pair,
-            "source": source,
-            "target": target,
-            "src": src,
-            "dst": dst,
-            "resolved": resolved,
-            "digest": digest,
-            "present": have == digest,
-            "missing": [],
-        }
-        if not entry["present"]:
-            entry["missing"] = [b for b in resolved["blobs"] if not dst.has_blob(target.path, b["digest"])]
-        work.append(entry)
-    return work
-
-
-def copy(work: list[dict[str, Any]], progress: Progress) -> None:
-    for entry in work:
-        if entry["present"]:
-            continue
-        source, target, src, dst = entry["source"], entry["target"], entry["src"], entry["dst"]
-        for blob in entry["missing"]:
-            resp = src.open_blob(source.path, blob["digest"], blob["size"])
-            with resp:
-                reader = VerifyingReader(
-                    # The default binds this loop's target; mypy cannot infer a lambda's defaulted parameter.
-                    resp,
-                    blob["digest"],
-                    blob["size"],
-                    report=lambda n, ref=target: progress.advance(n, str(ref)),  # type: ignore[misc]
-                )
-                dst.upload_blob(target.path, blob["digest"], blob["size"], reader)
-                reader.finish()
-        resolved = entry["resolved"]
-        body = resolved.get("platform_manifest") or resolved["manifest"]
-        media = resolved.get("platform_media_type") or resolved["media_type"]
-        pushed = dst.put_manifest(target.path, target.tag, body, media)
-        if pushed and pushed != entry["digest"]:
-            raise ImageError(f"{target}: the site registry stored digest {pushed}, not the origin's {entry['digest']}")
 
 
 def main() -> None:
@@ -343,46 +221,11 @@ def main() -> None:
         ),
         supports_check_mode=True,
     )
-    params = module.params
     apply_proxy_env(module)
-    started = time.monotonic()
-    try:
-        work = plan(params)
-        total = sum(b["size"] for entry in work for b in entry["missing"])
-        if not module.check_mode:
-            progress = Progress(total, params["status_file"])
-            copy(work, progress)
-            if total:
-                progress.write(state="done")
-    except ImageError as exc:
-        module.fail_json(msg=str(exc))
-    images = [
-        {
-            "source": entry["pair"]["source"],
-            "target": entry["pair"]["target"],
-            "digest": entry["digest"],
-            "copied_bytes": sum(b["size"] for b in entry["missing"]),
-            "image_bytes": entry["resolved"]["bytes"],
-            "blobs_copied": len(entry["missing"]),
-        }
-        for entry in work
-    ]
-    result = {
-        "changed": any(not entry["present"] for entry in work),
-        "images": images,
-        "origin_bytes": sum(image["copied_bytes"] for image in images),
-    }
-    result["seconds"] = round(time.monotonic() - started, 2)
-    if module._diff:
-        result["diff"] = {
-            "before": "".join(f"{e['pair']['target']}: {'present' if e['present'] else 'absent'}\n" for e in work),
-            "after": "".join(
-                f"{e['pair']['target']}: {e['digest']}"
-                + ("" if e["present"] else f" (copy {human_bytes(sum(b['size'] for b in e['missing']))})")
-                + "\n"
-                for e in work
-            ),
-        }
+    with fail_on(module):
+        result = mirror_images(
+            module.params, module.check_mode, module._diff, lambda total: Progress(total, module.params["status_file"])
+        )
     module.exit_json(**result)
 
 

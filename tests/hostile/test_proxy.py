@@ -373,7 +373,7 @@ def test_a_kernel_store_beyond_an_unreachable_proxy_names_the_proxy(hostile, pro
 def test_a_registry_token_goes_through_the_tunnel_only(tinyproxy, tls_origin, proxy_env):
     """The registry client (container_image, image_mirror) through the proxy: its basic credentials and bearer token
     reach the registry inside TLS; the proxy sees CONNECT only."""
-    from ansible_collections.ttfleet.inference.plugins.module_utils._images import Registry
+    from ansible_collections.ttfleet.inference.plugins.module_utils._images.registry import Registry
 
     proxy = tinyproxy()
     registry_token = "reg-" + "BearerToken42"

@@ -213,14 +213,14 @@ def test_the_proxy_gets_its_own_entry_and_the_copy_works(hostile):
 
 
 def _client(server, login):
-    from ansible_collections.ttfleet.inference.plugins.module_utils._images import Registry
+    from ansible_collections.ttfleet.inference.plugins.module_utils._images.registry import Registry
 
     return Registry(server.url.split("//")[1], login, plain_http=True, timeout=10)
 
 
 def test_a_token_service_on_another_host_gets_no_password(hostile, catcher):
     # The registry's Bearer challenge names a realm elsewhere: that host gets an anonymous request, never Basic.
-    from ansible_collections.ttfleet.inference.plugins.module_utils._images import ImageError
+    from ansible_collections.ttfleet.inference.plugins.module_utils._images.refs import ImageError
 
     realm = f"{catcher.url}/token"
 
@@ -252,8 +252,9 @@ def test_a_redirect_to_another_host_carries_no_credentials(hostile, catcher):
 
 def test_a_host_asks_each_registry_with_its_own_stored_login_only(hostile, tmp_path, monkeypatch):
     # container_image on a host: the login root stored for A (registry_auth) never goes to B, whose image is pulled.
-    from ansible_collections.ttfleet.inference.plugins.module_utils._images import Engine, encode_auth
-    from ansible_collections.ttfleet.inference.plugins.modules import container_image
+    from ansible_collections.ttfleet.inference.plugins.module_utils._images import fetch
+    from ansible_collections.ttfleet.inference.plugins.module_utils._images.auth import encode_auth
+    from ansible_collections.ttfleet.inference.plugins.module_utils._images.engine import Engine
 
     origin_a = hostile(registry(ORIGIN_A, ["tt/a:1.0"]))
     origin_b = hostile(registry(ORIGIN_B, ["tt/b:1.0"]))
@@ -269,8 +270,8 @@ def test_a_host_asks_each_registry_with_its_own_stored_login_only(hostile, tmp_p
     }
     warnings = []
     # Check mode on a host whose engine is not there yet: only the registry is asked (plain HTTP for the stand-in).
-    real = container_image.Registry
-    monkeypatch.setattr(container_image, "Registry", lambda *args, **kwargs: real(*args, plain_http=True, **kwargs))
-    container_image._plan(params, Engine(str(tmp_path / "none.sock")), True, warnings.append)
+    real = fetch.Registry
+    monkeypatch.setattr(fetch, "Registry", lambda *args, **kwargs: real(*args, plain_http=True, **kwargs))
+    fetch.plan(params, Engine(str(tmp_path / "none.sock")), True, warnings.append)
     assert origin_b.requests and seen(origin_b) == []
     assert any(f"registry {b_at} refused access" in w and "no credentials are set for it" in w for w in warnings)
