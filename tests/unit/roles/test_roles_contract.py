@@ -6,8 +6,8 @@ import sys
 
 import pytest
 import yaml
+from conftest import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "tools"))
 
 import role_docs

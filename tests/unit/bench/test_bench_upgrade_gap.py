@@ -4,8 +4,9 @@ import importlib.util
 import os
 
 import pytest
+from conftest import ROOT
 
-_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "upgrade_gap.py")
+_PATH = os.path.join(ROOT, "bench", "upgrade_gap.py")
 _SPEC = importlib.util.spec_from_file_location("upgrade_gap", _PATH)
 upgrade_gap = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(upgrade_gap)

@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from conftest import patch_module_args
+from conftest import FIXTURES, patch_module_args
 
 from ansible_collections.ttfleet.inference.plugins.filter import tt_names
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import catalog as ttis_catalog
@@ -22,7 +22,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import sou
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.errors import SpecError
 from ansible_collections.ttfleet.inference.plugins.modules import model_spec as model_spec_module
 
-SPEC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "specs")
+SPEC_DIR = os.path.join(FIXTURES, "specs")
 V20 = os.path.join(SPEC_DIR, "release_model_spec-v0.20.0.json.gz")
 
 # A test stand-in for a TTIS checkout: the smallest workflows package exposing what the loader

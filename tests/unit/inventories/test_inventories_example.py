@@ -6,12 +6,12 @@ import shutil
 import subprocess
 
 import pytest
+from conftest import ROOT
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.catalog import load_spec_file
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.derive import resolve
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.tags import is_legacy_interface
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 INVENTORY = os.path.join(ROOT, "inventories", "example")
 SPEC = os.path.join(ROOT, "tests", "fixtures", "specs", "release_model_spec-v0.20.0.json.gz")
 DEVICE_TYPES = ["n150", "n300", "t3k", "galaxy", "p150", "p150x4", "p150x8", "p300", "p300x2"]
