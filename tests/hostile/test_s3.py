@@ -152,6 +152,8 @@ def _page(keys, token=None):
 
 
 LIST_IN_CHILD = """
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.errors import S3Error
+from ansible_collections.ttfleet.inference.plugins.module_utils._net.s3.client import S3Client
 client = S3Client({url!r}, "AK", "SK", timeout=10, total=60)
 try:
     print(len(list(client.list_objects("models", "org/"))))
