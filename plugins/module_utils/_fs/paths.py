@@ -23,8 +23,10 @@ from __future__ import annotations
 import os
 import stat
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._base.errors import FleetError
 
-class SafeFileError(Exception):
+
+class SafeFileError(FleetError):
     """A path that root-run code refuses to touch: a link, a special file, something too large."""
 
     def __init__(self, path: str, reason: str) -> None:

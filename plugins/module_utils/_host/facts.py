@@ -22,6 +22,7 @@ import socket
 import subprocess
 from typing import TYPE_CHECKING, Any
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._base.errors import FleetError
 from ansible_collections.ttfleet.inference.plugins.module_utils._fs.space import nearest_existing
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.devices import (
     DEVICE_BY_BOARDS,
@@ -54,7 +55,7 @@ _MOUNT_ESCAPE = re.compile(r"\\([0-7]{3})")
 _NOT_AVAILABLE = ("", "N/A", "n/a", None)
 
 
-class TtSmiError(Exception):
+class TtSmiError(FleetError):
     """tt-smi could not be run or its output could not be read; the message says which."""
 
 

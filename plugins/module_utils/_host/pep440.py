@@ -13,6 +13,8 @@ import re
 from collections import namedtuple
 from typing import TYPE_CHECKING, cast
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._base.errors import FleetError
+
 if TYPE_CHECKING:
     from collections.abc import Iterable
     from typing import NamedTuple
@@ -21,7 +23,7 @@ if TYPE_CHECKING:
     VersionKey = tuple[tuple[int, ...], tuple[int, int], int, tuple[int, int]]
 
 
-class SpecifierError(ValueError):
+class SpecifierError(FleetError, ValueError):
     """A version specifier that is not PEP 440."""
 
 

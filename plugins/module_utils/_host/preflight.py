@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 from typing import TYPE_CHECKING, Any, cast
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._base.errors import FleetError
 from ansible_collections.ttfleet.inference.plugins.module_utils._host.pep440 import check_specifier
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.devices import device_row
 
@@ -36,7 +37,7 @@ DEFAULT_DISK_MARGIN_GB = 10
 SUGGESTED = "SUGGESTED"
 
 
-class PreflightError(Exception):
+class PreflightError(FleetError):
     """Inputs that make the preflight impossible; the message says which and how to fix them."""
 
 

@@ -15,6 +15,7 @@ import os
 import re
 from typing import TYPE_CHECKING, cast
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._base.errors import FleetError
 from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names import (
     tensor_cache_parent,
@@ -53,7 +54,7 @@ MANIFEST_MAX = 1 << 20
 _COMPONENT_RE = re.compile(r"^[A-Za-z0-9(][A-Za-z0-9._+,()-]*$")
 
 
-class KernelError(Exception):
+class KernelError(FleetError):
     """A request that cannot be carried out; the message says what, which input and how to fix it."""
 
 

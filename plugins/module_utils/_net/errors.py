@@ -8,8 +8,10 @@ origin and the request; callers count it as a failure.
 
 from __future__ import annotations
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._base.errors import FleetError
 
-class NetError(Exception):
+
+class NetError(FleetError):
     """A network call that failed: refused, too slow, too large, or not speaking the protocol."""
 
 
@@ -20,7 +22,7 @@ class ProxyError(NetError, OSError):
     message, which names the proxy (never its password) rather than the origin."""
 
 
-class S3Error(Exception):
+class S3Error(FleetError):
     """A failed S3 request. ``status`` is the HTTP status (None for network errors), ``code`` the S3 error code."""
 
     def __init__(self, message: str, status: int | None = None, code: str | None = None) -> None:

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import errno
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._base.errors import FleetError
 from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError
 
 # Out of descriptors or memory: the server's state, not the request's (accept pauses, a file open answers 503).
 SHORT_OF = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
-class PeerError(Exception):
+class PeerError(FleetError):
     """A server that cannot start or stop; the message names the input and the fix."""
 
 

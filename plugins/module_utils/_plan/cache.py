@@ -15,6 +15,7 @@ import os
 import posixpath
 from typing import TYPE_CHECKING
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._base.errors import FleetError
 from ansible_collections.ttfleet.inference.plugins.module_utils._plan.volume import other_releases, plan_volume
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.derive import resolve_entry
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.errors import SpecError
@@ -42,7 +43,7 @@ FETCHING = ("hf", "path", "s3")
 GIB = 1 << 30
 
 
-class PlanError(Exception):
+class PlanError(FleetError):
     """A model the role cannot fill; the message names the host, the model and the fix."""
 
 

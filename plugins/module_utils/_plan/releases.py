@@ -15,6 +15,8 @@ import posixpath
 import re
 from typing import TYPE_CHECKING
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._base.errors import FleetError
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
     from typing import Any
@@ -23,7 +25,7 @@ if TYPE_CHECKING:
 RELEASE_TAG = re.compile(r"^v\d+\.\d+\.\d+$")
 
 
-class ReleasesError(ValueError):
+class ReleasesError(FleetError, ValueError):
     """Bad input; the message names it and says how to fix it."""
 
 

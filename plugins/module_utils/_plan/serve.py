@@ -15,6 +15,8 @@ import re
 import secrets
 from typing import TYPE_CHECKING
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._base.errors import FleetError
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
     from typing import Any
@@ -52,7 +54,7 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 _ENV_VALUE = re.compile(r"^[\x21-\x7e]+\Z")
 
 
-class ServeError(ValueError):
+class ServeError(FleetError, ValueError):
     """Bad input; the message names it and says how to fix it."""
 
 

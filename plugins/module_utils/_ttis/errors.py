@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._base.errors import FleetError
 
-class SpecError(Exception):
+
+class SpecError(FleetError):
     """A spec source, a selection or a name that cannot be used; the message says why and how to fix it."""

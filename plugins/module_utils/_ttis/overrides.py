@@ -25,6 +25,7 @@ import json
 import re
 from typing import TYPE_CHECKING
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._base.errors import FleetError
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.devices import device_row
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     JSON = dict[str, Any]
 
 
-class TuningError(ValueError):
+class TuningError(FleetError, ValueError):
     """A tuning setting or runtime spec that cannot be served, with the fix."""
 
 

@@ -22,6 +22,7 @@ import copy
 import re
 from typing import TYPE_CHECKING, TypeVar
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._base.errors import FleetError
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.overrides import (
     TuningError,
     check_tuning,
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 _T = TypeVar("_T")
 
 
-class ProfileError(ValueError):
+class ProfileError(FleetError, ValueError):
     """A profile or package that cannot be used, with the fix."""
 
 

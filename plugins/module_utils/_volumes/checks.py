@@ -7,10 +7,12 @@ from __future__ import annotations
 import os
 import re
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._base.errors import FleetError
+
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 
-class VolumeError(Exception):
+class VolumeError(FleetError):
     """A request that cannot be carried out safely; the message says why and how to fix it."""
 
 

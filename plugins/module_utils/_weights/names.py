@@ -14,6 +14,7 @@ import re
 import urllib.parse
 from typing import TYPE_CHECKING
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._base.errors import FleetError
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.redact import hide_userinfo, printable
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.contents import MANIFEST_NAME
 
@@ -50,7 +51,7 @@ _REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)
 HEX64_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
-class WeightsError(Exception):
+class WeightsError(FleetError):
     """A request that cannot be carried out; the message says what, which input and how to fix it."""
 
 
