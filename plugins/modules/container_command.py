@@ -382,13 +382,13 @@ runtime_model_spec:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._images.refs import ImageError, map_image
+from ansible_collections.ttfleet.inference.plugins.module_utils._base.module import fail_on
+from ansible_collections.ttfleet.inference.plugins.module_utils._images.refs import map_image
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.container import (
     DEFAULT_BIND_HOST,
     DEFAULT_IMAGE_USER,
     container_command,
 )
-from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.errors import SpecError
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names import DEFAULT_PORT, sanitise_name
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.select import (
     entry_tuning,
@@ -436,7 +436,7 @@ def main() -> None:
     if missing:
         module.fail_json(msg=f"missing required arguments: {', '.join(missing)}")
     catalog = {}
-    try:
+    with fail_on(module):
         validate_inputs(model=params["model"], device=params["device"], impl=params["impl"], engine=params["engine"])
         if params["name"] and sanitise_name(params["name"]) != params["name"]:
             module.warn(
@@ -463,8 +463,6 @@ def main() -> None:
             tuning=entry_tuning(entry),
             image_map=lambda image, what: map_image(image, params["registry_mirrors"], what),
         )
-    except (SpecError, ImageError) as exc:
-        module.fail_json(msg=str(exc))
     for warning in catalog.get("warnings", []):
         module.warn(warning)
     module.exit_json(changed=False, release_version=catalog.get("release_version"), **result)

@@ -120,7 +120,7 @@ instances:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError
+from ansible_collections.ttfleet.inference.plugins.module_utils._base.module import fail_on
 from ansible_collections.ttfleet.inference.plugins.module_utils._plan.status import host_report
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names import SERVE_STATE_DIR
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.source import DEFAULT_RELEASE_ROOT
@@ -138,10 +138,9 @@ def main() -> None:
     params = module.params
     if params["timeout"] <= 0:
         module.fail_json(msg=f"timeout must be more than 0 seconds, not {params['timeout']}")
-    try:
+    where = f"cannot read the serving state under {params['state_dir']}"
+    with fail_on(module, context=where, os_error=where):
         report = host_report(params["state_dir"], params["releases_root"], timeout=params["timeout"])
-    except (OSError, SafeFileError) as exc:
-        module.fail_json(msg=f"cannot read the serving state under {params['state_dir']}: {exc}")
     module.exit_json(changed=False, **report)
 
 

@@ -409,6 +409,7 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._base.module import fail_on
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.deploy import deploy, deploy_from_any
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.harvest import harvest
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.http_store import HttpStore
@@ -495,7 +496,7 @@ def main() -> None:
     params = module.params
     apply_proxy_env(module)
     credentials_error = mask_url_credentials(module, ("store_url", "store_fallback_urls", "health_url", "s3_endpoint"))
-    try:
+    with fail_on(module, os_error=f"kernel_cache ({params['state']}) of {params['model_name']} failed"):
         if credentials_error:
             raise KernelError(credentials_error)
         if not params["volume"].startswith("/"):
@@ -515,10 +516,6 @@ def main() -> None:
             result = deploy_from_any(params, stores, check_mode=module.check_mode)  # type: ignore[arg-type]
         else:
             result = deploy(params, store, check_mode=module.check_mode)
-    except KernelError as exc:
-        module.fail_json(msg=str(exc))
-    except OSError as exc:
-        module.fail_json(msg=f"kernel_cache ({params['state']}) of {params['model_name']} failed: {exc}")
     result.setdefault("hashed", False)
     if result.get("missing"):
         module.warn(result["reason"])

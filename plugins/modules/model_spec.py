@@ -401,8 +401,8 @@ uses_tensor_model_cache:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._base.module import fail_on
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.derive import resolve_params
-from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.errors import SpecError
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.select import list_models, validate_inputs
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.source import (
     SPEC_SOURCE_OPTIONS,
@@ -424,7 +424,7 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
-    try:
+    with fail_on(module):
         validate_inputs(
             model=params["model"],
             device=params["device"],
@@ -444,8 +444,6 @@ def main() -> None:
             result = {"models": list_models(catalog, device=params["device"], model=params["model"])}
         else:
             result = resolve_params(catalog, params, volume_root=params["volume_root"])
-    except SpecError as exc:
-        module.fail_json(msg=str(exc))
     for warning in catalog.get("warnings", []):
         module.warn(warning)
     module.exit_json(changed=False, **{**result, **source})

@@ -384,6 +384,7 @@ skipped:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._base.module import fail_on
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.proxy import PROXY_OPTIONS, apply_proxy_env
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.redact import mask_url_credentials
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import (
@@ -428,7 +429,9 @@ def main() -> None:
     apply_proxy_env(module)
     secret_values = (params["hf_token"], params["s3_secret_key"], params["s3_session_token"], params["s3_access_key"])
     credentials_error = mask_url_credentials(module, URL_OPTIONS)
-    try:
+    # Any failure, the unforeseen too, ends as its scrubbed text: a traceback would carry request details.
+    failed = f"model_weights failed for {params['dest']}"
+    with fail_on(module, any_error=failed, redact=lambda text: scrub(text, *secret_values)):
         if credentials_error:
             raise WeightsError(credentials_error)
         if params["disk_margin_gb"] < 0:
@@ -441,12 +444,6 @@ def main() -> None:
                 f"the peer pull of {params['repo_id']}@{params['revision']} trusted the holder's own manifest; pass "
                 "expected_manifest_sha256 (the manifest_sha256 of a host that read the origin) to anchor it"
             )
-    except WeightsError as exc:
-        module.fail_json(msg=scrub(exc, *secret_values))
-    except Exception as exc:  # A traceback would carry request details; keep only the scrubbed text.
-        module.fail_json(
-            msg=scrub(f"model_weights failed for {params['dest']}: {type(exc).__name__}: {exc}", *secret_values)
-        )
 
     for rel in result["skipped"]:
         module.warn(f"{result['dest']}/{rel} is a link or special file; its owner and mode were left alone")

@@ -78,9 +78,8 @@ registry:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError
+from ansible_collections.ttfleet.inference.plugins.module_utils._base.module import fail_on
 from ansible_collections.ttfleet.inference.plugins.module_utils._images.login import store_login
-from ansible_collections.ttfleet.inference.plugins.module_utils._images.refs import ImageError
 
 
 def main() -> None:
@@ -97,11 +96,9 @@ def main() -> None:
         required_if=[("state", "present", ["username", "password"])],
         supports_check_mode=True,
     )
-    # Not fail_on yet: a SafeFileError is no FleetError, and it must read as the others do.
-    try:
+    where = f"registry_auth of {module.params['registry']}"
+    with fail_on(module, context=where, os_error=where):
         result = store_login(module.params, module.check_mode, module._diff)
-    except (ImageError, SafeFileError, OSError) as exc:
-        module.fail_json(msg=f"registry_auth of {module.params['registry']}: {exc}")
     module.exit_json(**result)
 
 

@@ -81,7 +81,7 @@ generated:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._plan.serve import ServeError
+from ansible_collections.ttfleet.inference.plugins.module_utils._base.module import fail_on
 from ansible_collections.ttfleet.inference.plugins.module_utils._plan.serve_env import keep_env_file
 
 
@@ -96,7 +96,7 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    try:
+    with fail_on(module):
         result = keep_env_file(
             module.params["path"],
             module.params["engine"],
@@ -105,8 +105,6 @@ def main() -> None:
             no_auth=module.params["no_auth"],
             check_mode=module.check_mode,
         )
-    except ServeError as exc:
-        module.fail_json(msg=str(exc))
     module.exit_json(**result)
 
 

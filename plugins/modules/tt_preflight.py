@@ -254,7 +254,7 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._host.pep440 import SpecifierError
+from ansible_collections.ttfleet.inference.plugins.module_utils._base.module import fail_on
 from ansible_collections.ttfleet.inference.plugins.module_utils._host.preflight import (
     PreflightError,
     check_levels,
@@ -263,12 +263,10 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._host.preflight 
     unwrap_facts,
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._plan.preflight import model_summaries
-from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.errors import SpecError
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.source import (
     SPEC_SOURCE_OPTIONS,
     load_params_catalog,
 )
-from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.checks import VolumeError
 
 _SOURCE_KEYS = ("tt_inference_server_dir", "spec_file", "python", "model_specs_env")
 
@@ -290,7 +288,7 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
-    try:
+    with fail_on(module):
         facts = unwrap_facts(params["facts"])
         levels = check_levels(params["checks"])
         models = present_models(params["models"])
@@ -326,8 +324,6 @@ def main() -> None:
             declared_device=declared,
             disk_margin_gb=params["disk_margin_gb"],
         )
-    except (PreflightError, SpecError, SpecifierError, VolumeError) as exc:
-        module.fail_json(msg=str(exc))
     # "warnings" is Ansible's own key (the text of module.warn), so the dicts go under another name.
     result["warning_details"] = result.pop("warnings")
     result.update(changed=False, device=device, models=summaries)

@@ -201,13 +201,13 @@ moved_aside:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._base.module import fail_on
 from ansible_collections.ttfleet.inference.plugins.module_utils._plan.reuse import apply_hardlink, plan_hardlink
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.alias import (
     apply_plan,
     plan_absent,
     plan_alias,
 )
-from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.checks import VolumeError
 
 
 def main() -> None:
@@ -226,7 +226,7 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
-    try:
+    with fail_on(module):
         if params["state"] == "absent":
             plan = plan_absent(params["path"])
         elif params["link"] == "hardlink":
@@ -247,8 +247,6 @@ def main() -> None:
             )
         if plan["changed"] and not module.check_mode:
             (apply_hardlink if "src_real" in plan else apply_plan)(plan)
-    except VolumeError as exc:
-        module.fail_json(msg=str(exc))
 
     result = {
         key: plan[key]

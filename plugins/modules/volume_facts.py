@@ -329,15 +329,15 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._base.module import fail_on
 from ansible_collections.ttfleet.inference.plugins.module_utils._plan.volume import other_releases, plan_volume
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.derive import resolve_params
-from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.errors import SpecError
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.source import (
     SPEC_SOURCE_OPTIONS,
     default_checkout,
     load_params_catalog,
 )
-from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.checks import VolumeError, check_path_text
+from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.checks import check_path_text
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.scan import expand_roots, scan_roots
 
 
@@ -357,7 +357,7 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
-    try:
+    with fail_on(module, os_error="cannot inspect volumes"):
         root = os.path.normpath(check_path_text(params["root"], "root"))
         roots = expand_roots([root, *params["search_roots"]])
         derived = None
@@ -383,10 +383,6 @@ def main() -> None:
             warnings.extend(found)
             result["expected"], result["candidates"] = expected, candidates
             result["spec"] = derived
-    except (SpecError, VolumeError) as exc:
-        module.fail_json(msg=str(exc))
-    except OSError as exc:
-        module.fail_json(msg=f"cannot inspect volumes: {exc}")
     for warning in warnings:
         module.warn(warning)
     module.exit_json(**result)

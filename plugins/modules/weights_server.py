@@ -184,9 +184,9 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.ttfleet.inference.plugins.module_utils._base.module import fail_on
 from ansible_collections.ttfleet.inference.plugins.module_utils._peer.catalog import KINDS, Catalog
 from ansible_collections.ttfleet.inference.plugins.module_utils._peer.daemon import start_server, stop_server
-from ansible_collections.ttfleet.inference.plugins.module_utils._peer.errors import PeerError
 from ansible_collections.ttfleet.inference.plugins.module_utils._peer.state import alive, default_address, read_state
 
 
@@ -217,7 +217,7 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
-    try:
+    with fail_on(module):
         current = read_state(params["run_dir"], params["name"])
         running = alive(current)
         if params["state"] == "stopped":
@@ -253,8 +253,6 @@ def main() -> None:
             params["kind"],
             pinned=pinned,
         )
-    except PeerError as exc:
-        module.fail_json(msg=str(exc))
     _exit_running(module, state, changed=True)
 
 
