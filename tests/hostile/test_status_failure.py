@@ -71,7 +71,7 @@ def _run_status(tmp_path, state, *args):
         }
     }
     (tmp_path / "inventory.json").write_text(json.dumps(inventory))
-    (tmp_path / "state.json").write_text(json.dumps({"__status_host": state}))
+    (tmp_path / "state.json").write_text(json.dumps({"status_host_report": state}))
     env = {key: value for key, value in os.environ.items() if not key.startswith("ANSIBLE_")}
     env.update(
         ANSIBLE_COLLECTIONS_PATH=_collections_path(),

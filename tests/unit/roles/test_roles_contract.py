@@ -149,10 +149,17 @@ _HOSTVARS_READS = re.compile(
 )
 
 
+_HOSTVARS_ALIAS = re.compile(r"set\s+(?P<alias>\w+)\s*=\s*hostvars\[[^\]]+\]\s*(?:-?%\}|\n)")
+
+
 def _hostvars_reads(text):
-    """(variable, line number, the text right after the read) of each variable read from another host's hostvars."""
-    for match in _HOSTVARS_READS.finditer(text):
-        name = match.group("dot") or match.group("key") or match.group("attr")
+    """(variable, line number, the text right after the read) of each variable read from another host's hostvars,
+    directly or through a Jinja alias (``{% set hv = hostvars[host] %}`` then ``hv.name``)."""
+    reads = list(_HOSTVARS_READS.finditer(text))
+    for alias in {match.group("alias") for match in _HOSTVARS_ALIAS.finditer(text)}:
+        reads += re.finditer(rf"\b{alias}\s*(?:\.\s*(?P<dot>\w+)|\[\s*['\"](?P<key>\w+)['\"]\s*\])", text)
+    for match in reads:
+        name = match.groupdict().get("dot") or match.groupdict().get("key") or match.groupdict().get("attr")
         yield name, text.count("\n", 0, match.start()) + 1, text[match.end() :].lstrip()
 
 
