@@ -39,9 +39,11 @@ class Meter(Protocol):
 
     done: int
 
-    def advance(self, count: int, file: str) -> None: ...
+    def advance(self, count: int, file: str) -> None:
+        ...
 
-    def write(self, now: float | None = None, state: str = "running") -> None: ...
+    def write(self, now: float | None = None, state: str = "running") -> None:
+        ...
 
 
 def plan(params: Mapping[str, Any], engine: Engine, check_mode: bool, warn: Warn) -> list[JSON]:

@@ -72,7 +72,8 @@ if TYPE_CHECKING:
     class ImageMap(Protocol):
         """The site's mirror of an image: the reference to run and the prefix that mapped it (None: not mapped)."""
 
-        def __call__(self, image: str, what: str) -> tuple[str, str | None]: ...
+        def __call__(self, image: str, what: str) -> tuple[str, str | None]:
+            ...
 
     class Rules(TypedDict):
         """The release-dependent rules of ``_rules``."""
