@@ -11,6 +11,7 @@ plugin's own.
 
 import ast
 import os
+import re
 import subprocess
 import sys
 
@@ -57,8 +58,16 @@ class Tree:
 
 
 def _assigned(source, name):
-    """The string assigned to NAME at module level, or in class ModuleDocFragment."""
-    for node in ast.walk(ast.parse(source)):
+    """The string assigned to NAME at module level, or in class ModuleDocFragment.
+
+    A file that does not parse (the 0.2.0 release commit holds two: a half-applied edit, fixed three commits later)
+    still documents its plugin: its raw-string assignment is read as text."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        found = re.search(rf'^\s*{name} = r?"""(.*?)"""', source, re.MULTILINE | re.DOTALL)
+        return found.group(1) if found else None
+    for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
             return node.value.value
     return None
