@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import time
 from typing import TYPE_CHECKING
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._fs.atomic import replacing, write_all
@@ -63,18 +64,29 @@ def walk(
                 os.close(fd)
 
 
-def remove_tree(dirfd: int, name: str) -> None:
+def remove_tree(
+    dirfd: int,
+    name: str,
+    until: float | None = None,
+    removed: Callable[[os.stat_result], object] | None = None,
+) -> bool:
     """Remove ``name`` in ``dirfd`` and everything below it without following a link (links are removed
     as links). A missing name is fine. A tree nested deeper than MAX_TREE_DEPTH directories is refused
-    (SafeFileError) before anything below that depth is touched."""
+    (SafeFileError) before anything below that depth is touched.
+
+    ``until`` (a ``time.monotonic()`` value) bounds the work: past it the removal stops between two entries and
+    returns False, leaving the rest for another call; True when ``name`` is gone. ``removed`` gets the lstat of
+    every entry unlinked or removed (what it freed)."""
     check_name(name)
     try:
         st = os.lstat(name, dir_fd=dirfd)
     except FileNotFoundError:
-        return
+        return True
     if not stat.S_ISDIR(st.st_mode):
         os.unlink(name, dir_fd=dirfd)
-        return
+        if removed is not None:
+            removed(st)
+        return True
     # An explicit stack, not recursion: a tree that a user made can be deeper than Python's recursion limit, and
     # one descriptor per level is held (never '..', which a rename could point elsewhere).
     stack: list[tuple[int, str, int, Iterator[str]]] = []
@@ -96,6 +108,8 @@ def remove_tree(dirfd: int, name: str) -> None:
         while stack:
             parent, child, fd, names = stack[-1]
             for entry in names:
+                if until is not None and time.monotonic() >= until:
+                    return False
                 try:
                     est = os.lstat(entry, dir_fd=fd)
                 except FileNotFoundError:
@@ -104,10 +118,16 @@ def remove_tree(dirfd: int, name: str) -> None:
                     descend(fd, entry)
                     break
                 os.unlink(entry, dir_fd=fd)
+                if removed is not None:
+                    removed(est)
             else:
                 stack.pop()
+                dst = os.fstat(fd)
                 os.close(fd)
                 os.rmdir(child, dir_fd=parent)
+                if removed is not None:
+                    removed(dst)
+        return True
     finally:
         for _parent, _child, fd, _names in stack:
             with contextlib.suppress(OSError):

@@ -94,7 +94,7 @@ class Engine:
                 f"the Docker engine on {self.socket_path}: {describe(exc, deadline, 'http://docker')}"
             ) from None
 
-    def _json(self, method: str, path: str, what: str) -> JSON | None:
+    def _body(self, method: str, path: str, what: str) -> bytes | None:
         deadline = Deadline(total=60, stall=30, what=what)
         resp = self._request(method, path, deadline)
         try:
@@ -107,7 +107,30 @@ class Engine:
             return None
         if resp.status != 200:
             raise ImageError(f"{what}: the engine answered HTTP {resp.status} {_engine_message(body)}")
-        return json_object(body, what)
+        return body
+
+    def _json(self, method: str, path: str, what: str) -> JSON | None:
+        body = self._body(method, path, what)
+        return None if body is None else json_object(body, what)
+
+    def _list(self, path: str, what: str) -> list[JSON]:
+        """A listing of the engine (a JSON array of objects); anything else is an ImageError."""
+        body = self._body("GET", path, what)
+        try:
+            data = json.loads(body or b"[]")
+        except ValueError:
+            raise ImageError(f"{what} is not JSON") from None
+        if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
+            raise ImageError(f"{what} is not a JSON array of objects")
+        return data
+
+    def images(self) -> list[JSON]:
+        """The engine's images (Id, RepoTags, RepoDigests, Size), as ``docker image ls`` lists them."""
+        return self._list("/images/json", "docker image ls")
+
+    def containers(self) -> list[JSON]:
+        """Every container, running or not (Id, Names, Image, ImageID, Mounts), as ``docker ps -a`` lists them."""
+        return self._list("/containers/json?all=1", "docker ps -a")
 
     def inspect(self, image: str) -> JSON | None:
         """The engine's record of ``image`` (Id, RepoTags, RepoDigests, Size) or None when it does not have it."""

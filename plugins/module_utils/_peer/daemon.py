@@ -28,6 +28,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._peer.errors imp
 from ansible_collections.ttfleet.inference.plugins.module_utils._peer.gate import Gate
 from ansible_collections.ttfleet.inference.plugins.module_utils._peer.server import make_handler
 from ansible_collections.ttfleet.inference.plugins.module_utils._peer.state import (
+    RUN_DIR,
     STATE_MODE,
     Counter,
     alive,
@@ -75,7 +76,7 @@ def start_server(
     bind: str,
     port: int = 0,
     ttl: float = 3600,
-    run_dir: str = "/run/ttfleet-weights",
+    run_dir: str = RUN_DIR,
     name: str = "weights",
     kind: str = "weights",
     pinned: Catalog | None = None,

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
     JSON = dict[str, Any]
 
+# Where the peer daemons keep their records unless told otherwise (weights_server's run_dir default).
+RUN_DIR = "/run/ttfleet-weights"
 RUN_DIR_MODE = 0o700
 STATE_MODE = 0o600
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -148,3 +150,20 @@ def alive(state: Mapping[str, Any] | None) -> bool:
 def starttime(pid: int) -> int:
     with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
         return int(handle.read().rsplit(")", 1)[1].split()[19])
+
+
+def live_states(run_dir: str = RUN_DIR) -> list[JSON]:
+    """The states of the daemons recorded in ``run_dir`` that still run (none when it is missing or not root's)."""
+    try:
+        fd = open_run_dir(run_dir, create=False)
+    except PeerError:
+        return []
+    if fd is None:
+        return []
+    try:
+        with os.scandir(fd) as entries:
+            names = sorted(entry.name[: -len(".json")] for entry in entries if entry.name.endswith(".json"))
+        states = [read_state_at(fd, name) for name in names if _NAME_RE.match(name)]
+    finally:
+        os.close(fd)
+    return [state for state in states if state is not None and alive(state)]

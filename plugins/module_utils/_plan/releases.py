@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 # A release tag as the role names its directories (inference_server_version is checked against the same rule).
 RELEASE_TAG = re.compile(r"^v\d+\.\d+\.\d+$")
+# The marker an install writes last in ``releases/<tag>`` (the role's __inference_server_marker).
+MARKER = ".ttfleet-release.json"
 
 
 class ReleasesError(FleetError, ValueError):

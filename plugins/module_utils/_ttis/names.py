@@ -36,6 +36,11 @@ DEFAULT_PORT = 8000
 # An instance's configuration and env file (root only), and its non-secret state that fleet_status reads.
 SERVE_CONFIG_DIR = "/etc/ttfleet/serve"
 SERVE_STATE_DIR = "/var/lib/ttfleet/serve"
+# The summary of the last disk_prune run (the metrics read ttfleet_reclaimable_bytes from it).
+PRUNE_REPORT = "/var/lib/ttfleet/prune/report.json"
+# The tensor caches of a volume: ``tt_metal_cache/cache_<model_name>/<mesh>``.
+TENSOR_CACHE_DIR = "tt_metal_cache"
+TENSOR_CACHE_PREFIX = "cache_"
 
 _VERSION_RE = re.compile(r"^(\d+)\.(\d+)\.(\d+)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?\Z")
 _NAME_OK = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*\Z")
@@ -146,7 +151,13 @@ def weights_subdir(model_name: str) -> str:
 
 def tensor_cache_parent(model_name: str) -> str:
     """``tt_metal_cache/cache_<model_name>``, relative to the volume: the tensor caches of every mesh."""
-    return f"tt_metal_cache/cache_{model_name}"
+    return f"{TENSOR_CACHE_DIR}/{TENSOR_CACHE_PREFIX}{model_name}"
+
+
+def aside_stamp(name: str) -> str | None:
+    """The UTC stamp of a name that ``moved_aside_name`` made (``20261130T041500Z``), else None."""
+    _base, infix, stamp = name.partition(ASIDE_INFIX)
+    return stamp if infix else None
 
 
 def tt_metal_cache_subdir(model_name: str, mesh: str) -> str:
