@@ -341,7 +341,7 @@ def scan_releases(host: Host, release_root: str) -> tuple[JSON, list[JSON]]:
                     rel = f"{sub}/{tag}"
                     path = _join(release_root, rel)
                     found["dirs"].setdefault(tag, []).append(rel)
-                    places.append({"path": path, "_root": release_root, "_parent": sub, "_entry": tag})
+                    places.append(_place({"path": path}, release_root, sub, tag))
                     try:
                         check_top(sfd, tag, _join(release_root, sub))
                     except SafeFileError as exc:
