@@ -11,6 +11,7 @@ import json
 import os
 import socketserver
 import threading
+import typing
 import urllib.parse
 
 import pytest
@@ -43,8 +44,8 @@ def write(path, size=4096):
 
 
 class _Engine(http.server.BaseHTTPRequestHandler):
-    answers: dict = {}
-    deleted: list = []
+    answers: typing.ClassVar[dict] = {}
+    deleted: typing.ClassVar[list] = []
 
     def address_string(self):
         return "docker.sock"
@@ -138,6 +139,11 @@ def host(tmp_path):
     return tmp_path, options, containers, images
 
 
+def read_json(path):
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
 def listing(top):
     found = (os.path.relpath(os.path.join(d, n), top) for d, ds, fs in os.walk(top) for n in ds + fs)
     return sorted(rel for rel in found if rel != "docker.sock")
@@ -181,7 +187,7 @@ def test_check_apply_check_apply(host):
         assert not os.path.exists(f"{top}/spool/{MODEL}/P300x2/tt_transformers/0ld0ld0")
         assert os.path.exists(f"{top}/tt-cache/{V19}/weights/{MODEL}/model.safetensors")
         assert not os.path.exists(f"{top}/tt-cache/{TRASH_NAME}")
-        report = json.loads(open(options["report_file"], encoding="utf-8").read())
+        report = read_json(options["report_file"])
         assert (report["reclaimable_bytes"], report["items_count"], report["volume_root"]) == (0, 0, f"{top}/tt-cache")
         assert oct(os.stat(options["report_file"]).st_mode & 0o777) == "0o644"
 
@@ -201,7 +207,7 @@ def test_report_only_removes_nothing_and_reports_what_could_go(host):
     assert deleted == [] and not result["changed"]
     assert result["reclaimable_bytes"] == full["reclaimable_bytes"] > 0
     assert {i["note"] for i in result["items"] if i["reason"] and i["action"] == "skip"} == {REPORT_ONLY}
-    report = json.loads(open(options["report_file"], encoding="utf-8").read())
+    report = read_json(options["report_file"])
     assert report["reclaimable_bytes"] == full["reclaimable_bytes"]
     assert report["items_count"] == 9 and report["by_kind"]["images"] == 2000
 
@@ -232,7 +238,7 @@ def test_mounted_volume_by_inode_and_a_named_needed_volume_are_refused_with_mess
 
 
 def test_no_engine_skips_images_and_a_broken_engine_keeps_every_volume(host, tmp_path):
-    top, options, containers, images = host
+    top, options, _containers, images = host
     result = prune(options, check_mode=True, engine=Engine(str(tmp_path / "absent.sock")))
     assert not [i for i in result["items"] if i["kind"] == "images"]
     assert any("no Docker engine answers" in m and "images are skipped" in m for m in result["skipped"])

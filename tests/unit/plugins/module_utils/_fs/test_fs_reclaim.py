@@ -146,9 +146,9 @@ def test_check_top_refuses_links_special_files_and_other_owners(top):
     os.mkfifo(f"{path}/fifo")
     owners = (os.geteuid(),)
     assert check_top(fd, "real", "/w", owners)
-    with pytest.raises(SafeFileError, match="^/w/link: is a symbolic link where a directory was expected"):
+    with pytest.raises(SafeFileError, match=r"^/w/link: is a symbolic link where a directory was expected"):
         check_top(fd, "link", "/w", owners)
-    with pytest.raises(SafeFileError, match="^/w/fifo: is a fifo, not a directory"):
+    with pytest.raises(SafeFileError, match=r"^/w/fifo: is a fifo, not a directory"):
         check_top(fd, "fifo", "/w", owners)
     with pytest.raises(SafeFileError, match=f"^/w/real: is owned by uid {os.geteuid()}, not root"):
         check_top(fd, "real", "/w", (4242,))
