@@ -22,6 +22,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._plan.serve impo
     image_records,
     mirror_list,
     plan_instances,
+    retired_instances,
     run_argv,
     unit_plan,
     volumes_missing,
@@ -36,6 +37,17 @@ def serve_instances(models: Any, device: Any, base_port: Any = 8000) -> dict[str
     except (ServeError, TypeError, ValueError) as exc:
         raise AnsibleFilterError(f"serve_instances: {exc}") from exc
     return {"instances": instances, "problems": problems}
+
+
+def serve_retired(state_files: Any, plan: Any) -> list[str]:
+    state_files = _results("serve_retired", state_files, "the files of the find over the serve state directory")
+    plan = _result("serve_retired", plan, "the serve plan (serve_instances)")
+    try:
+        return retired_instances(state_files, plan.get("instances") or [])
+    except ServeError as exc:
+        raise AnsibleFilterError(f"serve_retired: {exc}") from exc
+    except (KeyError, TypeError) as exc:
+        raise AnsibleFilterError(f"serve_retired: malformed find results ({exc}).") from None
 
 
 def _results(name: str, value: Any, what: str) -> list[Any]:
@@ -129,4 +141,5 @@ class FilterModule:
             "serve_volumes_missing": serve_volumes_missing,
             "serve_unit_plan": serve_unit_plan,
             "serve_health_host": serve_health_host,
+            "serve_retired": serve_retired,
         }

@@ -160,6 +160,29 @@ def plan_instances(
     return instances, problems
 
 
+def retired_instances(state_files: Iterable[Mapping[str, Any]], instances: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The instances whose state file is in the serve state dir but that no tt_models entry names any more.
+
+    ``state_files``: the ``files`` of ansible.builtin.find over the state dir (``*.json``), each with ``path`` and
+    ``isreg``. ``instances``: the host's planned instances (present and absent). A state file whose name is not
+    ``<instance>.json``, or that is not a regular file, is refused, naming it: it is not one the serve role wrote."""
+    listed = {item["instance"] for item in instances}
+    retired = set()
+    for found in state_files:
+        path = str(found["path"])
+        name = path.rsplit("/", 1)[-1]
+        stem, dot, ext = name.rpartition(".")
+        if not dot or ext != "json" or not _INSTANCE.match(stem) or not found.get("isreg", True):
+            raise ServeError(
+                f"{path} is not a state file of the serve role (those are regular files named <instance>.json, with "
+                "1-63 lower-case letters, digits and '-'); it cannot say which instance to retire. Move it out of "
+                "the state directory, or set serve_retire_unlisted: false."
+            )
+        if stem not in listed:
+            retired.add(stem)
+    return sorted(retired)
+
+
 # Accepted bandit B104: binds nothing; a port published on every IPv4 address is probed on loopback instead.
 _ANY_IPV4 = "0.0.0.0"  # nosec B104
 
