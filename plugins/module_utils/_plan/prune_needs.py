@@ -142,44 +142,42 @@ def _size(count: int) -> str:
 
 
 def report_line(host: str, result: Mapping[str, Any], check_mode: bool) -> str:
-    """One line per host after disk_prune: what went (or would go) and what is left for the next run."""
+    """One line per host after disk_prune: what went (or would go), the unneeded items that stay, what is pending."""
     items = result.get("items") or []
     removing = [item for item in items if item.get("action") == "remove"]
     kinds: dict[str, int] = {}
     for item in removing:
         kinds[item.get("kind", "?")] = kinds.get(item.get("kind", "?"), 0) + 1
     what = ", ".join(f"{count} {kind}" for kind, count in sorted(kinds.items())) or "nothing"
-    kept = len(items) - len(removing)
+    # Unneeded (a reason) but left: a factory volume, an alias target, something in use, a kind not allowed.
+    held = [item for item in items if item.get("action") != "remove" and item.get("reason")]
     if check_mode:
         text = f"{host}: prune would reclaim {_size(int(result.get('reclaimable_bytes') or 0))} ({what})"
     else:
         text = f"{host}: reclaimed {_size(int(result.get('reclaimed_bytes') or 0))} ({what})"
-    if kept:
-        text += f"; {kept} unneeded item(s) kept (name them in prune_remove, or add their kind to prune_kinds)"
+    if held:
+        text += (
+            f"; {len(held)} unneeded item(s) stay by default or in use (name them in prune_remove, or add their kind "
+            "to prune_kinds; --check --diff says why)"
+        )
     if result.get("pending"):
         text += f"; {len(result['pending'])} left for the next run (time limit)"
     return text + "."
 
 
 def pressure_text(host: str, result: Mapping[str, Any] | None, inventory: Iterable[str] | str | None) -> str:
-    """What to add to a failed disk check: what prune would reclaim on the host and the command that does it."""
+    """What to add to a failed disk check: what prune would reclaim on the host (disk_prune with kinds: [], which
+    removes nothing and counts what a run with every kind would free) and the command that does it."""
     sources = [inventory] if isinstance(inventory, str) else list(inventory or [])
     where = " ".join(f"-i {source}" for source in sources) or "-i <inventory>"
     command = f"ansible-playbook {where} ttfleet.inference.prune --limit {host}"
-    if not result or result.get("failed"):
+    if not result or result.get("failed") or "reclaimable_bytes" not in result:
         why = _first_line((result or {}).get("msg")) if result else "not computed"
         return f"What prune would reclaim on {host} is unknown ({why}); see with: {command} --check --diff"
-    # Asked with kinds: [], nothing is allowed: every item that is not kept by a default (factory, alias, in use)
-    # is what a prune run with the default kinds would reclaim.
-    items = [item for item in result.get("items") or [] if item.get("action") != "keep"]
-    by_kind: dict[str, int] = {}
-    for item in items:
-        by_kind[item.get("kind", "?")] = by_kind.get(item.get("kind", "?"), 0) + int(item.get("bytes") or 0)
-    total = sum(by_kind.values())
+    total = int(result.get("reclaimable_bytes") or 0)
     if not total:
-        return f"Prune would reclaim nothing on {host}: every volume, image and cache there is needed."
-    parts = ", ".join(f"{kind} {_size(count)}" for kind, count in sorted(by_kind.items()) if count)
+        return f"Prune would reclaim nothing on {host}: the kept releases need everything prune may remove there."
     return (
-        f"Prune would reclaim up to {_size(total)} on {host} ({parts}; factory and aliased volumes stay unless named): "
-        f"{command} (add --check --diff to see each item first)."
+        f"Prune would reclaim {_size(total)} on {host} ({_first_line(result.get('msg'))}; factory and aliased volumes "
+        f"stay unless named): {command} (add --check --diff to see each item first)."
     )

@@ -1,7 +1,8 @@
 # Copyright (c) ttfleet.inference contributors
 # SPDX-License-Identifier: Apache-2.0
-"""What a host still needs before disk_prune (module_utils/_plan/prune_needs.py and the filters of plugins/filter/reclaim.py),
-on the plans of real spec exports of two releases (the model_cache_plan of weights: false)."""
+"""What a host still needs before disk_prune (module_utils/_plan/prune_needs.py and the filters of
+plugins/filter/reclaim.py), on the plans of real spec exports of two releases (the model_cache_plan of weights: false).
+"""
 
 from __future__ import annotations
 
@@ -136,42 +137,47 @@ def test_a_host_with_models_and_no_release_keeps_every_volume_of_them():
 def test_report_line_names_bytes_kinds_what_stays_and_what_is_pending():
     result = {
         "items": [
-            {"kind": "volumes", "action": "remove", "bytes": 10},
-            {"kind": "volumes", "action": "keep", "bytes": 5},
-            {"kind": "images", "action": "remove", "bytes": 3},
+            {"kind": "volumes", "action": "remove", "bytes": 10, "reason": "no kept release expects it"},
+            {"kind": "volumes", "action": "keep", "bytes": 0, "reason": "", "note": "needed by a kept release"},
+            {
+                "kind": "volumes",
+                "action": "keep",
+                "bytes": 0,
+                "reason": "no kept release expects it",
+                "note": "factory",
+            },
+            {"kind": "images", "action": "remove", "bytes": 3, "reason": "no kept release runs it"},
         ],
         "reclaimable_bytes": 13,
         "reclaimed_bytes": 13,
-        "pending": ["/v/x"],
+        "pending": ["/v/.ttfleet-prune/x"],
     }
     assert pp.report_line("h", result, True) == (
-        "h: prune would reclaim 13 bytes (0.0 GiB) (1 images, 1 volumes); 1 unneeded item(s) kept (name them in "
-        "prune_remove, or add their kind to prune_kinds); 1 left for the next run (time limit)."
+        "h: prune would reclaim 13 bytes (0.0 GiB) (1 images, 1 volumes); 1 unneeded item(s) stay by default or in "
+        "use (name them in prune_remove, or add their kind to prune_kinds; --check --diff says why); 1 left for the "
+        "next run (time limit)."
     )
-    assert pp.report_line("h", {**result, "items": [], "pending": []}, False) == (
+    assert pp.report_line("h", {**result, "items": result["items"][1:2], "pending": []}, False) == (
         "h: reclaimed 13 bytes (0.0 GiB) (nothing)."
     )
 
 
-def test_pressure_text_counts_what_prune_may_remove_and_gives_the_command():
-    result = {
-        "items": [
-            {"kind": "volumes", "action": "skip", "bytes": 3 << 30},
-            {"kind": "volumes", "action": "keep", "bytes": 62 << 30},
-            {"kind": "images", "action": "skip", "bytes": 1 << 30},
-        ]
-    }
-    text = pp.pressure_text("qb2-1", result, ["/inv/hosts.yml"])
-    assert text == (
-        "Prune would reclaim up to 4294967296 bytes (4.0 GiB) on qb2-1 (images 1073741824 bytes (1.0 GiB), volumes "
-        "3221225472 bytes (3.0 GiB); factory and aliased volumes stay unless named): ansible-playbook -i "
-        "/inv/hosts.yml ttfleet.inference.prune --limit qb2-1 (add --check --diff to see each item first)."
+def test_pressure_text_names_the_reclaimable_bytes_and_the_command():
+    # disk_prune with kinds: [] removes nothing and counts what a run with every kind would free.
+    result = {"reclaimable_bytes": 4 << 30, "msg": "2 items reclaimable, 4.0 GiB (images 1.0 GiB, volumes 3.0 GiB)"}
+    assert pp.pressure_text("qb2-1", result, ["/inv/hosts.yml"]) == (
+        "Prune would reclaim 4294967296 bytes (4.0 GiB) on qb2-1 (2 items reclaimable, 4.0 GiB (images 1.0 GiB, "
+        "volumes 3.0 GiB); factory and aliased volumes stay unless named): ansible-playbook -i /inv/hosts.yml "
+        "ttfleet.inference.prune --limit qb2-1 (add --check --diff to see each item first)."
     )
-    assert pp.pressure_text("h", {"items": [result["items"][1]]}, None).startswith("Prune would reclaim nothing on h")
+    assert pp.pressure_text("h", {"reclaimable_bytes": 0, "msg": "0 items"}, None).startswith(
+        "Prune would reclaim nothing on h"
+    )
     assert pp.pressure_text("h", {"failed": True, "msg": "no docker\nmore"}, []) == (
         "What prune would reclaim on h is unknown (no docker); see with: ansible-playbook -i <inventory> "
         "ttfleet.inference.prune --limit h --check --diff"
     )
+    assert "unknown (not computed)" in pp.pressure_text("h", None, "inv")
 
 
 def test_the_disk_check_of_the_cache_plan_says_what_the_roles_look_for():
