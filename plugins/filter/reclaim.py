@@ -8,7 +8,7 @@ Documentation lives beside this file, one YAML file per filter.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
@@ -71,9 +71,10 @@ def prune_report(result: Any, host: Any, check_mode: Any = False) -> str:
 def prune_pressure(result: Any, host: Any, inventory: Any = None) -> str:
     if result is not None and not isinstance(result, Mapping):
         raise AnsibleFilterError("prune_pressure: the input must be the result of disk_prune (a dict).")
-    if inventory is not None and not isinstance(inventory, (str, list)):
+    if inventory is not None and not isinstance(inventory, (str, Sequence)):
         raise AnsibleFilterError("prune_pressure: inventory must be ansible_inventory_sources, a list of paths.")
-    return _call("prune_pressure", pressure_text, str(host), result, inventory)
+    sources = [inventory] if isinstance(inventory, str) else [str(source) for source in inventory or []]
+    return _call("prune_pressure", pressure_text, str(host), result, sources)
 
 
 class FilterModule:

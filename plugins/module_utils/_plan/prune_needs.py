@@ -15,6 +15,7 @@ import posixpath
 from typing import TYPE_CHECKING
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._base.errors import FleetError
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.space import human_bytes
 from ansible_collections.ttfleet.inference.plugins.module_utils._images.refs import map_image, parse_reference
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names import parse_volume_name
 
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
 
 # The kernel key fields disk_prune keeps spool archives by (model_cache_plan's records[].kernel without the volume).
 KERNEL_KEY_FIELDS = ("model_name", "mesh", "impl_id", "tt_metal_commit", "vllm_commit")
-GIB = 1 << 30
 
 
 class PruneError(FleetError, ValueError):
@@ -138,7 +138,7 @@ def _first_line(text: object) -> str:
 
 
 def _size(count: int) -> str:
-    return f"{count} bytes ({count / GIB:.1f} GiB)"
+    return f"{count} bytes ({human_bytes(count)})"
 
 
 def report_line(host: str, result: Mapping[str, Any], check_mode: bool) -> str:

@@ -153,12 +153,12 @@ def test_report_line_names_bytes_kinds_what_stays_and_what_is_pending():
         "pending": ["/v/.ttfleet-prune/x"],
     }
     assert pp.report_line("h", result, True) == (
-        "h: prune would reclaim 13 bytes (0.0 GiB) (1 images, 1 volumes); 1 unneeded item(s) stay by default or in "
+        "h: prune would reclaim 13 bytes (13 B) (1 images, 1 volumes); 1 unneeded item(s) stay by default or in "
         "use (name them in prune_remove, or add their kind to prune_kinds; --check --diff says why); 1 left for the "
         "next run (time limit)."
     )
     assert pp.report_line("h", {**result, "items": result["items"][1:2], "pending": []}, False) == (
-        "h: reclaimed 13 bytes (0.0 GiB) (nothing)."
+        "h: reclaimed 13 bytes (13 B) (nothing)."
     )
 
 
