@@ -23,8 +23,9 @@ MODELS = [{"name": LLAMA}, {"name": QWEN}, {"name": "Gone-Model", "state": "abse
 PRESENT = MODELS[:2]
 
 
-def _plan(release, models=PRESENT, role="current"):
+def _plan(release, models=None, role="current"):
     """The registered loop result of model_cache_plan (weights: false) on the spec export of ``release``."""
+    models = PRESENT if models is None else models
     defaults = {name: option.get("default") for name, option in module.ARGUMENT_SPEC.items()}
     params = {
         **defaults,
