@@ -120,15 +120,12 @@ def main():
         "qb2_62gb_projection_s": round(projected, 1),
         "pending": len(pending) + len(dense_pending),
     }
-    print(
-        f"built {entries} entries ({args.files} small files, 17 sparse shards of {args.shard_gib} GiB) in {build_s:.1f} s"
-    )
+    print(f"built {entries} entries ({args.files} small files, 17 sparse shards) in {build_s:.1f} s")
     print(f"size walk: {size_s:.2f} s, {entries / size_s:,.0f} entries/s (hardlink-aware, no link followed)")
     print(f"rename into the trash: {rename_s * 1000:.2f} ms")
     print(f"removal: {remove_s:.2f} s, {entries / remove_s:,.0f} entries/s")
-    print(
-        f"dense file: {dense_freed / 2**20:.0f} MiB freed in {dense_s:.3f} s, {dense_freed / max(dense_s, 1e-9) / 1e9:.1f} GB/s"
-    )
+    rate = dense_freed / max(dense_s, 1e-9) / 1e9
+    print(f"dense file: {dense_freed / 2**20:.0f} MiB freed in {dense_s:.3f} s, {rate:.1f} GB/s")
     print(
         f"a 62 GB QuietBox 2 volume ({args.qb2_files} kernel-cache files, 62 GB of weights): about {projected:.0f} s "
         "to size and remove (default time_limit 900 s)"
