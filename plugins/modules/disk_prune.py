@@ -247,7 +247,7 @@ def main() -> None:
             remove=dict(type="list", elements="str", default=[]),
             kinds=dict(type="list", elements="str", choices=list(KINDS), default=list(KINDS)),
             spool_dirs=dict(type="list", elements="path", default=[]),
-            needed_kernel_keys=dict(type="list", elements="dict", default=[]),
+            needed_kernel_keys=dict(type="list", elements="dict", default=[], no_log=False),
             release_root=dict(type="path", default="/opt/tt-inference-server"),
             release_keep=dict(type="int", default=2),
             image_repositories=dict(type="list", elements="str", default=[]),

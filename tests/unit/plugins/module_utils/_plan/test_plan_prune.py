@@ -25,7 +25,7 @@ V17 = "volume_id_tt_transformers-Qwen3-32B-v0.17.0"
 V19 = "volume_id_tt_transformers-Qwen3-32B-v0.19.0"
 QB2 = "volume_id_tt_transformers-Qwen3-32B-vqb2_launch"
 ASIDE = V17 + ".ttfleet-aside-20261130T041500Z"
-ALL = list(KINDS)
+ALL = tuple(KINDS)
 
 
 def vol(name, target=None, **extra):
@@ -217,6 +217,6 @@ def test_images_needed_used_or_of_other_repositories_stay_and_bytes_count_when_e
     ],
 )
 def test_bad_input_names_the_option(change, named):
-    options = {"kinds": ALL, "time_limit": 900, "release_keep": 2, **change}
+    options = {"kinds": list(ALL), "time_limit": 900, "release_keep": 2, **change}
     with pytest.raises(PruneError, match=named):
         check_options(options)
