@@ -305,7 +305,7 @@ EOF
 # run_entry LABEL TMP DIR PREFIX [SUFFIX]: the playbooks of one entry point, from DIR, named PREFIX<name>SUFFIX.
 run_entry() {
   local label=$1 tmp=$2 dir=$3 prefix=$4 suffix=${5:-} reports="$2/reports-$1" p
-  for p in site upgrade rollback; do
+  for p in site upgrade rollback prune; do
     (cd "$dir" && "${entry_env[@]}" ansible-playbook -i "$tmp/hosts.yml" "$prefix$p$suffix" --syntax-check >/dev/null)
   done
   (cd "$dir" && "${entry_env[@]}" ansible-playbook -i "$tmp/hosts.yml" "${prefix}site$suffix" --list-tasks >/dev/null)
@@ -313,7 +313,7 @@ run_entry() {
      -e "status_report_dir=$reports") >"$tmp/status-$label.log" 2>&1 || { cat "$tmp/status-$label.log" >&2; return 1; }
   test -s "$reports/fleet-status.json" && test -s "$reports/fleet-status.html"
   grep -q 'ttfleet_status' "$tmp/status-$label.log" || { echo "$label: the status playbook published no set_stats summary" >&2; return 1; }
-  echo "entry point $label: site, upgrade and rollback parse; status ran and wrote $reports" >&2
+  echo "entry point $label: site, upgrade, rollback and prune parse; status ran and wrote $reports" >&2
 }
 
 # What every molecule scenario and the fault suite need, made once before they run side by side: the Docker engine (a
