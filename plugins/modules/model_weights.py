@@ -374,8 +374,10 @@ manifest_sha256:
   returned: always
   type: str
   sample: 3d4f0c1b1c6d1c6f0e4cb1f8e0a1b9d39c2c7d5f4f6c0a9b8e7d6c5b4a3f2e1d
-skipped:
-  description: Links and special files in O(dest) that the ownership layout left alone (also given as warnings).
+left_alone:
+  description:
+    - Links and special files in O(dest) that the ownership layout left alone (also given as warnings).
+    - Not named C(skipped), which Ansible reads as the status of the task.
   returned: always
   type: list
   elements: str
@@ -445,7 +447,9 @@ def main() -> None:
                 "expected_manifest_sha256 (the manifest_sha256 of a host that read the origin) to anchor it"
             )
 
-    for rel in result["skipped"]:
+    # "skipped" is Ansible's own key (a true value shows the task as skipped), so the list goes under another name.
+    result["left_alone"] = result.pop("skipped")
+    for rel in result["left_alone"]:
         module.warn(f"{result['dest']}/{rel} is a link or special file; its owner and mode were left alone")
     diff = result.pop("diff")
     if module._diff:

@@ -192,8 +192,10 @@ passed:
   type: list
   elements: str
   sample: [device_type, hugepages, docker, firmware]
-skipped:
-  description: Checks set to V(skip).
+skipped_checks:
+  description:
+    - Checks set to V(skip).
+    - Not named C(skipped), which Ansible reads as the status of the task.
   returned: always
   type: list
   elements: str
@@ -326,6 +328,8 @@ def main() -> None:
         )
     # "warnings" is Ansible's own key (the text of module.warn), so the dicts go under another name.
     result["warning_details"] = result.pop("warnings")
+    # So is "skipped": a true value shows the task as skipped (a passing preflight with a check set to skip did).
+    result["skipped_checks"] = result.pop("skipped")
     result.update(changed=False, device=device, models=summaries)
     for warning in result["warning_details"]:
         module.warn(warning["msg"])
