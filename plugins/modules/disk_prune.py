@@ -28,6 +28,8 @@ description:
     weights of a volume hardlinked into a newer one free nothing). An image counts its engine size when all its tags
     go; layers it shares with kept images are not subtracted.
   - A real run writes O(report_file) (also with O(kinds=[])), which the metrics read.
+  - While the trash is emptied, the action plugin prints the bytes freed, rate and ETA every
+    C(ttfleet_progress_interval) seconds, as for weights.
 extends_documentation_fragment:
   - ttfleet.inference.attributes
 attributes:
@@ -121,6 +123,10 @@ options:
         by_kind, volume_root}); after a removal it holds what is still reclaimable.
     type: path
     default: /var/lib/ttfleet/prune/report.json
+  status_file:
+    description: Where progress (bytes freed) is written as JSON while the trash is emptied (the action plugin sets
+      it).
+    type: path
   peer_run_dir:
     description:
       - The run directory of the peer servers (O(ttfleet.inference.weights_server#module:run_dir)). A spool or volume
@@ -255,6 +261,7 @@ def main() -> None:
             time_limit=dict(type="int", default=900),
             report_file=dict(type="path", default=PRUNE_REPORT),
             peer_run_dir=dict(type="path", default=RUN_DIR),
+            status_file=dict(type="path"),
         ),
         supports_check_mode=True,
     )

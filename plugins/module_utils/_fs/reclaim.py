@@ -29,7 +29,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import
 from ansible_collections.ttfleet.inference.plugins.module_utils._fs.trees import MAX_TREE_DEPTH, remove_tree
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator
 
 # The trash beside what is removed (one per root: the volume root, each spool, the release root).
 TRASH_NAME = ".ttfleet-prune"
@@ -189,19 +189,29 @@ def trash_label(moved: str) -> tuple[str, str]:
     return label, original or rest
 
 
-def empty(trash_fd: int, names: Iterable[str], until: float | None) -> tuple[list[str], list[str], int, list[str]]:
+def empty(
+    trash_fd: int,
+    names: Iterable[str],
+    until: float | None,
+    progress: Callable[[int, str], object] | None = None,
+) -> tuple[list[str], list[str], int, list[str]]:
     """Remove the trash entries ``names`` until ``until`` (monotonic). Returns ``(done, pending, freed bytes,
-    problems)``: an unlinked inode frees its blocks when it was its last link."""
+    problems)``: an unlinked inode frees its blocks when it was its last link. ``progress(bytes, name)`` gets what
+    each removed entry freed."""
     done: list[str] = []
     pending: list[str] = []
     problems: list[str] = []
     total = [0]
+    current = [""]
 
     def count(st: os.stat_result) -> None:
         if stat.S_ISDIR(st.st_mode) or st.st_nlink <= 1:
             total[0] += st.st_blocks * 512
+            if progress is not None:
+                progress(st.st_blocks * 512, current[0])
 
     for name in names:
+        current[0] = name
         try:
             finished = remove_tree(trash_fd, name, until, count)
         except (OSError, SafeFileError) as exc:

@@ -36,6 +36,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._fs.reclaim impo
     usage,
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._fs.space import human_bytes
+from ansible_collections.ttfleet.inference.plugins.module_utils._host.progress import Progress
 from ansible_collections.ttfleet.inference.plugins.module_utils._images.engine import Engine, EngineAbsent
 from ansible_collections.ttfleet.inference.plugins.module_utils._images.refs import ImageError
 from ansible_collections.ttfleet.inference.plugins.module_utils._plan.prune import (
@@ -457,9 +458,11 @@ def _tidy(rfd: int, parent: str) -> None:
         break
 
 
-def remove(items: list[JSON], host: Host, until: float) -> tuple[int, list[str], dict[str, int]]:
-    """Rename every item to remove into its trash, remove the images, then empty the trash until ``until``.
-    Returns ``(bytes freed, pending paths, bytes freed by kind)``."""
+def remove(
+    items: list[JSON], host: Host, until: float, progress: Progress | None = None
+) -> tuple[int, list[str], dict[str, int]]:
+    """Rename every item to remove into its trash, remove the images, then empty the trash until ``until``, telling
+    ``progress`` the bytes freed. Returns ``(bytes freed, pending paths, bytes freed by kind)``."""
     trash: dict[str, tuple[int, list[str]]] = {}
     by_kind: dict[str, int] = {}
     pending: list[str] = []
@@ -486,7 +489,8 @@ def remove(items: list[JSON], host: Host, until: float) -> tuple[int, list[str],
         kinds_of = {(f["_root"], f.get("_trash")): f["kind"] for f in items if f.get("_trash")}
         for root, (tfd, names) in trash.items():
             for name in names:
-                _done, left, freed_bytes, problems = empty(tfd, [name], until)
+                advance = progress.advance if progress is not None else None
+                _done, left, freed_bytes, problems = empty(tfd, [name], until, advance)
                 host.skipped.extend(f"{_join(root, TRASH_NAME, text)}" for text in problems)
                 reclaimed += freed_bytes
                 kind = kinds_of.get((root, name), "volumes")
@@ -583,7 +587,11 @@ def prune(
     freed_by_kind: dict[str, int] = {}
     to_remove = [f for f in items if f["action"] == "remove"]
     if not check_mode and to_remove:
-        reclaimed, pending, freed_by_kind = remove(items, host, until)
+        status = options.get("status_file")
+        progress = Progress(reclaimable - by_kind["images"], status) if status else None
+        reclaimed, pending, freed_by_kind = remove(items, host, until, progress)
+        if progress is not None:
+            progress.write(state="done")
     after = listing(f for f in items if f["action"] != "remove")
     result: JSON = {
         "items": [{k: v for k, v in f.items() if k not in _PRIVATE} for f in items],

@@ -179,8 +179,11 @@ def test_check_apply_check_apply(host):
         assert check["changed"] and check["reclaimed_bytes"] == 0
         assert check["diff"]["before"] != check["diff"]["after"]
 
-        applied = prune(options, check_mode=False, engine=eng)
+        status = top / "status.json"
+        applied = prune({**options, "status_file": str(status)}, check_mode=False, engine=eng)
         assert deleted == [f"{REPO}:0.14"]
+        progress = read_json(status)
+        assert progress["state"] == "done" and progress["done_bytes"] == applied["reclaimed_bytes"] - 2000
         assert applied["reclaimed_bytes"] == check["reclaimable_bytes"] == applied["reclaimable_bytes"]
         assert applied["pending"] == [] and applied["changed"]
         assert not os.path.exists(f"{top}/tt-cache/{V14}") and not os.path.exists(f"{top}/opt-tt/venvs/v0.17.0")
