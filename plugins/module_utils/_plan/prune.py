@@ -44,10 +44,16 @@ def check_options(options: Mapping[str, Any]) -> None:
     unknown = sorted(set(options.get("kinds") or []) - set(KINDS))
     if unknown:
         raise PruneError(f"kinds lists {', '.join(unknown)}; use some of {', '.join(KINDS)} (or [] to only report)")
-    for option in ("needed_volumes", "remove"):
-        for name in options.get(option) or []:
-            if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
-                raise PruneError(f"{option} holds {name!r}: give names of entries (a volume name, a ref, a tag)")
+    for name in options.get("needed_volumes") or []:
+        if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
+            raise PruneError(f"needed_volumes holds {name!r}: give names of entries of volume_root, not paths")
+    for name in options.get("remove") or []:
+        # Names are only compared with what the scan found; an image reference holds '/', a path never belongs.
+        if not isinstance(name, str) or not name or name.startswith("/") or {".", ".."} & set(name.split("/")):
+            raise PruneError(
+                f"remove holds {name!r}: give names of items (a volume name, an image reference, a release tag), "
+                "not paths"
+            )
     if int(options.get("time_limit") or 0) < 1:
         raise PruneError(f"time_limit is {options.get('time_limit')!r}; give the seconds removal may take (1 or more)")
     if int(options.get("release_keep") or 0) < 1:
@@ -167,36 +173,50 @@ def plan_volumes(
     return items
 
 
+def _decide(kind: str, entry: Mapping[str, Any], kinds: Iterable[str], kept: str, reason: str) -> JSON:
+    """One scanned entry: kept with the note ``kept`` when that is set, else removable for ``reason`` unless what
+    holds it (a live server: ``live``) or its ``problem`` leaves it skipped."""
+    found = item(kind, entry["name"], entry["path"])
+    if kept:
+        found["note"] = kept
+    else:
+        found["action"], found["reason"] = "remove", reason
+        held = entry.get("live") or entry.get("problem")
+        if held:
+            found["action"], found["note"] = "skip", held
+    gate(found, kinds)
+    return found
+
+
 def plan_kernel_caches(entries: Iterable[Mapping[str, Any]], kinds: Iterable[str]) -> list[JSON]:
     """Tensor caches moved aside inside kept volumes. An entry: ``name`` (relative to the volume root), ``path``,
     ``problem``."""
-    items = []
-    for entry in entries:
-        stamp = aside_stamp(posixpath.basename(entry["name"])) or "an unknown date"
-        found = item("kernel_caches", entry["name"], entry["path"], f"kernel cache moved aside on {stamp}", "remove")
-        if entry.get("problem"):
-            found["action"], found["note"] = "skip", entry["problem"]
-        gate(found, kinds)
-        items.append(found)
-    return items
+    kinds = list(kinds)
+    return [
+        _decide(
+            "kernel_caches",
+            entry,
+            kinds,
+            "",
+            f"kernel cache moved aside on {aside_stamp(posixpath.basename(entry['name'])) or 'an unknown date'}",
+        )
+        for entry in entries
+    ]
 
 
 def plan_staging(entries: Iterable[Mapping[str, Any]], needed: Iterable[str], kinds: Iterable[str]) -> list[JSON]:
     """Partial downloads in ``<volume_root>/.ttfleet-staging``: kept for a needed volume (resumable work)."""
-    needed = set(needed)
-    items = []
-    for entry in entries:
-        found = item("staging", entry["name"], entry["path"])
-        if entry["name"] in needed:
-            found["note"] = "the resumable download of a needed volume"
-        else:
-            found["action"] = "remove"
-            found["reason"] = f"stale partial download: no kept release expects {entry['name']}"
-            if entry.get("problem"):
-                found["action"], found["note"] = "skip", entry["problem"]
-        gate(found, kinds)
-        items.append(found)
-    return items
+    needed, kinds = set(needed), list(kinds)
+    return [
+        _decide(
+            "staging",
+            entry,
+            kinds,
+            "the resumable download of a needed volume" if entry["name"] in needed else "",
+            f"stale partial download: no kept release expects {entry['name']}",
+        )
+        for entry in entries
+    ]
 
 
 def _key_id(key: Mapping[str, Any]) -> tuple[str, ...]:
@@ -209,22 +229,17 @@ def plan_spool(
     """Kernel archives in the spools. An entry: ``name`` (``<spool>:<model>/<mesh>/...``), ``path``, ``key``,
     ``live`` (a live peer server serves its spool: a message), ``problem``."""
     wanted = {_key_id(key) for key in needed_keys}
-    items = []
-    for entry in entries:
-        found = item("spool", entry["name"], entry["path"])
-        if _key_id(entry["key"]) in wanted:
-            found["note"] = "a kept release needs these kernels"
-        elif entry.get("live"):
-            found["action"], found["note"] = "skip", entry["live"]
-            found["reason"] = f"no kept release needs {key_text(entry['key'])}"
-        else:
-            found["action"] = "remove"
-            found["reason"] = f"no kept release needs {key_text(entry['key'])}"
-            if entry.get("problem"):
-                found["action"], found["note"] = "skip", entry["problem"]
-        gate(found, kinds)
-        items.append(found)
-    return items
+    kinds = list(kinds)
+    return [
+        _decide(
+            "spool",
+            entry,
+            kinds,
+            "a kept release needs these kernels" if _key_id(entry["key"]) in wanted else "",
+            f"no kept release needs {key_text(entry['key'])}",
+        )
+        for entry in entries
+    ]
 
 
 def _link(tag: str) -> JSON:

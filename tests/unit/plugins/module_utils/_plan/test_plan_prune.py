@@ -211,6 +211,8 @@ def test_images_needed_used_or_of_other_repositories_stay_and_bytes_count_when_e
     [
         ({"kinds": ["volumes", "disks"]}, "kinds lists disks"),
         ({"needed_volumes": ["a/b"]}, "needed_volumes holds 'a/b'"),
+        ({"remove": ["../victim"]}, "remove holds '../victim'"),
+        ({"remove": ["/opt/tt-cache/x"]}, "remove holds '/opt/tt-cache/x'"),
         ({"time_limit": 0}, "time_limit is 0"),
         ({"release_keep": 0}, "release_keep is 0"),
         ({"needed_kernel_keys": [{"model_name": "x"}]}, "needed_kernel_keys holds"),
@@ -220,3 +222,9 @@ def test_bad_input_names_the_option(change, named):
     options = {"kinds": list(ALL), "time_limit": 900, "release_keep": 2, **change}
     with pytest.raises(PruneError, match=named):
         check_options(options)
+
+
+def test_an_image_reference_may_be_named_in_remove():
+    check_options({"kinds": [], "time_limit": 1, "release_keep": 1, "remove": [f"{REPO}:0.14", "v0.17.0"]})
+    found = plan_images([{"id": "b", "tags": [f"{REPO}:0.14"], "size": 1}], [REPO], [], [f"{REPO}:0.14"], ALL)
+    assert (found[0]["action"], found[0]["reason"]) == ("remove", "named in remove")
