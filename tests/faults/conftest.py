@@ -63,6 +63,13 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    # The token-leak scan reads the logs of every case before it, whichever file holds them: it runs last.
+    items.sort(
+        key=lambda item: (
+            item.get_closest_marker("case") is not None
+            and item.get_closest_marker("case").args[:1] == ("token-leak scan",)
+        )
+    )
     if ALL:
         return
     skip = pytest.mark.skip(reason="slow fault case: run with TTFLEET_FAULTS=all (make faults)")

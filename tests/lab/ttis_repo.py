@@ -16,6 +16,9 @@ it; each branch has one more commit after its tag, so a checkout of the branch i
 visible (another commit, VERSION ending in "+branch"). Each tagged tree holds the real
 release_model_spec.json of that release (tests/fixtures/specs, trimmed of perf_reference), a VERSION
 file and tests/lab/files/ttis-run.py as run.py, a LAB STAND-IN that is not tenstorrent's run.py.
+Releases v0.20.1 to v0.20.5 are LAB releases that upstream never made (tests/faults' five upgrades in a row):
+v0.20.0's spec with every model's version pin, tt_metal_commit and image tag moved on by one step per release
+(lab_series_spec), so each upgrade gives every model a new volume and a new kernel cache, as real upgrades do.
 Commits have fixed authors and dates, so their ids are the same on every machine.
 
     tests/lab/ttis_repo.py [--force]     build when missing or stale, print the manifest
@@ -42,6 +45,9 @@ RELEASES = [
     ("v0.20.0", "2026-08-14T12:00:00Z"),
     ("v0.25.0", "2026-10-23T12:00:00Z"),
 ]
+# LAB releases derived from v0.20.0 (see lab_series_spec): tags of their own, on top of the real ones.
+LAB_SERIES_BASE = "v0.20.0"
+LAB_SERIES = [(f"v0.20.{step}", f"2026-08-{14 + step:02d}T12:00:00Z") for step in range(1, 6)]
 README = """# tt-inference-server (LAB STAND-IN)
 
 Made by ttfleet.inference's tests/lab/ttis_repo.py for tests. Only release_model_spec.json is real
@@ -76,6 +82,37 @@ def role_defaults(path):
 
     with open(path, encoding="utf-8") as handle:
         return yaml.safe_load(handle)
+
+
+def lab_series_spec(step):
+    """The release_model_spec.json (dict) of LAB release v0.20.<step>: v0.20.0's, with each spec's version pin moved on
+    by <step> patch releases, its tt_metal_commit replaced by a digest of the old one and the step, and its image tag
+    (``<version>-<tt_metal_commit>-<vllm_commit>``) following both."""
+    with gzip.open(os.path.join(SPECS, f"release_model_spec-{LAB_SERIES_BASE}.json.gz"), "rb") as handle:
+        spec = json.load(handle)
+    spec["release_version"] = f"0.20.{step}"
+
+    def move(node):
+        if isinstance(node, dict):
+            if isinstance(node.get("tt_metal_commit"), str) and isinstance(node.get("version"), str):
+                old_version, old_commit = node["version"], node["tt_metal_commit"]
+                parts = old_version.split(".")
+                if len(parts) == 3 and all(part.isdigit() for part in parts):
+                    node["version"] = f"{parts[0]}.{parts[1]}.{int(parts[2]) + step}"
+                node["tt_metal_commit"] = hashlib.sha256(f"{old_commit}-lab-{step}".encode()).hexdigest()[:7]
+                image = node.get("docker_image")
+                if isinstance(image, str):
+                    node["docker_image"] = image.replace(
+                        f":{old_version}-{old_commit}-", f":{node['version']}-{node['tt_metal_commit']}-"
+                    )
+            for value in node.values():
+                move(value)
+        elif isinstance(node, list):
+            for value in node:
+                move(value)
+
+    move(spec)
+    return spec
 
 
 def pyyaml_version():
@@ -113,10 +150,20 @@ def build(work, pyyaml):
     with open(RUN_PY, "rb") as handle:
         run_py = handle.read()
     tags, branches = {}, {}
-    for tag, date in RELEASES:
+    series = {tag: step for step, (tag, _date) in enumerate(LAB_SERIES, start=1)}
+    # main carries the real releases; the LAB series has a branch of its own from v0.20.0 (lab-series), so that main
+    # and every real tag keep the commits they had before it existed.
+    for tag, date in RELEASES + LAB_SERIES:
+        if tag == LAB_SERIES[0][0]:
+            git("checkout", "-q", "-b", "lab-series", f"refs/tags/{LAB_SERIES_BASE}", cwd=tree)
+        line = "lab-series" if tag in series else "main"
         version = tag[1:]
-        with gzip.open(os.path.join(SPECS, f"release_model_spec-{tag}.json.gz"), "rb") as handle:
-            write(os.path.join(tree, "release_model_spec.json"), handle.read())
+        if tag in series:
+            data = (json.dumps(lab_series_spec(series[tag]), indent=2, sort_keys=True) + "\n").encode()
+        else:
+            with gzip.open(os.path.join(SPECS, f"release_model_spec-{tag}.json.gz"), "rb") as handle:
+                data = handle.read()
+        write(os.path.join(tree, "release_model_spec.json"), data)
         write(os.path.join(tree, "VERSION"), f"{version}\n".encode())
         write(os.path.join(tree, "run.py"), run_py, 0o755)
         write(os.path.join(tree, "README.md"), README.format(tag=tag).encode())
@@ -129,7 +176,8 @@ def build(work, pyyaml):
         write(os.path.join(tree, "VERSION"), f"{version}+branch\n".encode())
         git("commit", "-q", "-am", f"Post-release fix on branch {tag}", cwd=tree, date=date)
         branches[tag] = git("rev-parse", f"refs/heads/{tag}", cwd=tree, capture=True)
-        git("checkout", "-q", "main", cwd=tree)
+        git("checkout", "-q", line, cwd=tree)
+    git("checkout", "-q", "main", cwd=tree)
     branches["main"] = git("rev-parse", "refs/heads/main", cwd=tree, capture=True)
 
     bare = os.path.join(work, "tt-inference-server.git")
@@ -137,7 +185,7 @@ def build(work, pyyaml):
     git("update-server-info", cwd=bare)
     git("bundle", "create", "-q", os.path.join(work, "tt-inference-server.bundle"), "--all", cwd=tree)
     archives = {}
-    for tag, _date in RELEASES:
+    for tag, _date in RELEASES + LAB_SERIES:
         name = f"tt-inference-server-{tag}.tar.gz"
         git("archive", "--format=tar.gz", f"--prefix=tt-inference-server-{tag[1:]}/", "-o",
             os.path.join(work, name), f"refs/tags/{tag}", cwd=tree)
