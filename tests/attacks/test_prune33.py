@@ -19,26 +19,31 @@ NEW = f"volume_id_tt_transformers-{MODEL}-v0.19.0"
 TRASH = ".ttfleet-prune"
 
 # A loop run as uid 1000 with its working directory inside the tree being removed (so the rename into root's trash
-# does not take it away): it flips NAME between a real directory full of files and a link to TARGET.
+# does not take it away): it swaps NAME, a real directory, with a link to TARGET and back, atomically
+# (renameat2 RENAME_EXCHANGE), as fast as it can, and makes a new directory whenever root removed the last one.
 DIRSWAP = """
-import os, sys, time
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+AT_FDCWD, RENAME_EXCHANGE = -100, 2
 os.chdir(sys.argv[1])
 name, target, until = sys.argv[2], sys.argv[3], time.monotonic() + float(sys.argv[4])
+link = name.encode() + b".link"
 flips = 0
 while time.monotonic() < until:
     try:
-        tmp = f".d{flips}"
-        os.mkdir(tmp)
-        for n in range(20):
-            open(os.path.join(tmp, f"f{n}"), "w").close()
-        if os.path.islink(name):
-            os.unlink(name)
-        os.rename(tmp, name)
-        os.rename(name, tmp + "x")
-        os.symlink(target, name)
-        flips += 1
+        here, there = os.path.lexists(name), os.path.lexists(link)
+        if not here and not there:
+            os.symlink(target, link)
+            os.mkdir(name)
+        elif not here:
+            os.mkdir(name) if os.path.islink(link) else os.symlink(target, name)
+        elif not there:
+            os.mkdir(link) if os.path.islink(name) else os.symlink(target, link)
+        for _ in range(200):
+            if libc.renameat2(AT_FDCWD, name.encode(), AT_FDCWD, link, RENAME_EXCHANGE) == 0:
+                flips += 1
     except OSError:
-        time.sleep(0.001)
+        time.sleep(0.0005)
 print(flips)
 """
 

@@ -101,7 +101,7 @@ def usage(dirfd: int, name: str, where: str = "") -> Usage:
             raise SafeFileError(
                 location(where, rel), f"is nested more than {MAX_TREE_DEPTH} directories deep; remove it by hand"
             )
-        fd = open_subdir(parent, child, where)
+        fd = open_subdir(parent, child, location(where, os.path.dirname(rel)))
         try:
             stack.append((fd, rel, iter(list(os.scandir(fd)))))
         except BaseException:

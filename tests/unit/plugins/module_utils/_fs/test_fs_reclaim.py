@@ -69,6 +69,24 @@ def test_a_link_is_an_inode_of_its_own_and_never_followed(top):
     assert found.bytes < 1 << 20
 
 
+def test_a_directory_that_became_a_link_is_refused_naming_its_path(top, monkeypatch):
+    path, fd = top
+    os.makedirs(f"{path}/vol/a/b")
+    real_lstat = os.lstat
+
+    def lstat_then_swap(name, *args, **kwargs):
+        found = real_lstat(name, *args, **kwargs)
+        # The user's move between the lstat and the open: vol/a/b is a link now.
+        if name == "b" and not os.path.islink(f"{path}/vol/a/b"):
+            os.rmdir(f"{path}/vol/a/b")
+            os.symlink("/", f"{path}/vol/a/b")
+        return found
+
+    monkeypatch.setattr(os, "lstat", lstat_then_swap)
+    with pytest.raises(SafeFileError, match=f"^{path}/vol/a/b: is a symlink, not a directory"):
+        usage(fd, "vol", str(path))
+
+
 def test_a_tree_deeper_than_the_layer_allows_is_refused_naming_the_path(top):
     path, fd = top
     deep = os.path.join(path, "vol", *["d"] * (MAX_TREE_DEPTH + 2))
