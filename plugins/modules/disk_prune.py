@@ -61,7 +61,7 @@ options:
   remove:
     description:
       - Items to remove although the defaults keep them, such as a factory volume, a volume an alias points to, an
-        image reference or a release tag. A name that is needed or in use is still kept, with a message in RV(skipped).
+        image reference or a release tag. A name that is needed or in use is still kept, with a message in RV(left_alone).
     type: list
     elements: str
     default: []
@@ -223,9 +223,11 @@ pending:
   returned: always
   type: list
   elements: str
-skipped:
-  description: Messages about what was left alone (links, special files, other owners, a live peer, no Docker, names in
-    O(remove) that are kept or not found).
+left_alone:
+  description:
+    - Messages about what was left alone (links, special files, other owners, a live peer, no Docker, names in
+      O(remove) that are kept or not found).
+    - Not named C(skipped), which Ansible reads as the status of the task.
   returned: always
   type: list
   elements: str

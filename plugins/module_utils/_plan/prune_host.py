@@ -598,7 +598,7 @@ def prune(
         "reclaimable_bytes": reclaimable,
         "reclaimed_bytes": reclaimed,
         "pending": pending,
-        "skipped": host.skipped,
+        "left_alone": host.skipped,
         "changed": bool(to_remove),
         "diff": {"before": before, "after": after},
         "msg": summary(items, reclaimable, by_kind)

@@ -236,20 +236,20 @@ def test_mounted_volume_by_inode_and_a_named_needed_volume_are_refused_with_mess
         result = prune({**options, "remove": [V14, V19, "volume_id_nothing-here-v1.0.0"]}, True, engine=eng)
     items = {i["name"]: i for i in result["items"]}
     assert items[V14]["action"] == "keep" and "mounts" in items[V14]["note"]
-    assert any(m.startswith(f"remove names {V19}, but it is kept: needed by a kept release") for m in result["skipped"])
-    assert any("volume_id_nothing-here-v1.0.0, which is not found" in m for m in result["skipped"])
+    assert any(m.startswith(f"remove names {V19}, but it is kept: needed by a kept release") for m in result["left_alone"])
+    assert any("volume_id_nothing-here-v1.0.0, which is not found" in m for m in result["left_alone"])
 
 
 def test_no_engine_skips_images_and_a_broken_engine_keeps_every_volume(host, tmp_path):
     top, options, _containers, images = host
     result = prune(options, check_mode=True, engine=Engine(str(tmp_path / "absent.sock")))
     assert not [i for i in result["items"] if i["kind"] == "images"]
-    assert any("no Docker engine answers" in m and "images are skipped" in m for m in result["skipped"])
+    assert any("no Docker engine answers" in m and "images are skipped" in m for m in result["left_alone"])
     with engine(top, {"message": "boom"}, images, status=500) as (eng, _deleted):
         result = prune(options, check_mode=True, engine=eng)
     vols = [i for i in result["items"] if i["kind"] == "volumes"]
     assert vols and all(i["action"] == "keep" for i in vols)
-    assert any("could not list its containers" in m for m in result["skipped"])
+    assert any("could not list its containers" in m for m in result["left_alone"])
 
 
 def test_module_fails_on_bad_input_naming_it(tmp_path, capsys):
