@@ -56,6 +56,12 @@ lint() {
   bandit -q -c pyproject.toml -r plugins
   # Type checks of every plugin (settings in pyproject.toml), through the committed collections/ link.
   mypy -p ansible_collections.ttfleet.inference.plugins
+  # The example alert rules, with Debian's promtool taken out of its package (tests/lab/prometheus.py bin): they parse,
+  # and each alert fires and stays quiet where docs/examples/prometheus/ttfleet-alerts.test.yml says.
+  local promtool
+  promtool="$(python tests/lab/prometheus.py bin)/promtool"
+  "$promtool" check rules docs/examples/prometheus/ttfleet-alerts.yml
+  (cd docs/examples/prometheus && "$promtool" test rules ttfleet-alerts.test.yml)
 }
 
 unit() {
@@ -422,7 +428,7 @@ all() {
     "$(cat "$lab_log.seconds")" "$((SECONDS - lab_start))" >&2
   local -A seconds=([upgrade]=1060 [fleet]=670 [kernel_cache]=350 [serve]=340 [inference_server]=190 [tt_host]=180
                     [model_weights_faults]=170 [modules]=170 [profiles]=200 [images]=580
-                    [proxy]=200)
+                    [proxy]=200 [metrics]=200)
   local jobs=() s
   # The other checks (lint ... entrypoints, about 560 s) and the fault suite (about 150 s) as jobs among the scenarios.
   jobs+=("560 lint sanity matrix build package entrypoints" "150 faults")

@@ -35,8 +35,9 @@ while [ $# -gt 0 ]; do
 done
 if [ "$flavour" = lab ]; then
   # What later roles need on a host (as Ubuntu/Debian servers ship it): python and python3-apt for modules, git/venv for
-  # tt-inference-server, rsync/curl for weights, iproute2/procps for diagnostics.
-  packages=systemd,systemd-sysv,dbus,python3,python-is-python3,python3-apt,python3-venv,python3-yaml,sudo,iproute2,procps,git,rsync,curl,ca-certificates,util-linux
+  # tt-inference-server, rsync/curl for weights, iproute2/procps for diagnostics, and the monitoring a site runs:
+  # Debian's node_exporter (its unit reads the textfile directory /var/lib/prometheus/node-exporter; molecule/metrics).
+  packages=systemd,systemd-sysv,dbus,python3,python-is-python3,python3-apt,python3-venv,python3-yaml,sudo,iproute2,procps,git,rsync,curl,ca-certificates,util-linux,prometheus-node-exporter
   repo=ttfleet-lab/debian
   [ "$suite" = bookworm ] || repo="ttfleet-lab/debian-$suite"
 elif [ "$flavour" = standin ]; then

@@ -88,20 +88,20 @@ def cache_lock(name):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _download_deb(tmp):
-    """apt-get download docker-registry into ``tmp``; the package lists are refreshed once if that fails (a fresh
+def _download_deb(tmp, package="docker-registry"):
+    """apt-get download ``package`` into ``tmp``; the package lists are refreshed once if that fails (a fresh
     machine may have none) and we may."""
-    argv = ["apt-get", "download", "-q", "docker-registry"]
+    argv = ["apt-get", "download", "-q", package]
     proc = subprocess.run(argv, cwd=tmp, capture_output=True, text=True, check=False)
     if proc.returncode != 0 and os.geteuid() == 0:
-        log("apt-get download docker-registry failed; running apt-get update")
+        log(f"apt-get download {package} failed; running apt-get update")
         update = subprocess.run(["apt-get", "update", "-qq"], capture_output=True, text=True, check=False)
         if update.returncode != 0:
             raise SystemExit(f"apt-get update failed: {update.stderr.strip()}")
         proc = subprocess.run(argv, cwd=tmp, capture_output=True, text=True, check=False)
     debs = [name for name in os.listdir(tmp) if name.endswith(".deb")]
     if proc.returncode != 0 or len(debs) != 1:
-        raise SystemExit(f"apt-get download docker-registry failed: {proc.stderr.strip() or proc.stdout.strip()}")
+        raise SystemExit(f"apt-get download {package} failed: {proc.stderr.strip() or proc.stdout.strip()}")
     return os.path.join(tmp, debs[0])
 
 

@@ -6,6 +6,8 @@ in the cache volume and serves the HTTP contract the collection relies on:
 
 - GET /health: 200, or 503 while ``.lab-fail-health`` exists in CACHE_ROOT;
 - GET /v1/models and POST /v1/chat/completions, /v1/completions: a deterministic answer, behind the bearer key;
+- GET /metrics: a few of vLLM's metrics in the Prometheus text format (vllm:num_requests_running, ...), open without
+  the key as vLLM's is; the request counters count the completions answered;
 - ``.lab-crash`` in CACHE_ROOT: exit 3 right after start; ``.lab-start-delay``: seconds to wait before serving;
 - ``$TT_CACHE_PATH/lab-standin-kernels.txt`` written (a TT_CACHE_PATH outside CACHE_ROOT is refused, exit 2);
 - the readiness line ``INFO:     Application startup complete.`` (uvicorn's, as vLLM and the media server log it);
@@ -190,11 +192,30 @@ def _answer(model: str, prompt: str) -> tuple[str, str]:
     return digest, f"lab stand-in {model}: {digest}"
 
 
+def vllm_metrics(model: str, finished: int) -> str:
+    """A few of vLLM's own metric families, named and labelled as vLLM's /metrics names them."""
+    labels = f'engine="0",model_name="{model}"'
+    families = [
+        ("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", "", 0),
+        ("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", "", 0),
+        ("vllm:gpu_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", "", 0.0),
+        ("vllm:request_success_total", "counter", "Count of successfully processed requests.",
+         ',finished_reason="stop"', finished),
+        ("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", "", finished * 8),
+        ("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.", "", finished * 16),
+    ]
+    lines = []
+    for name, kind, text, extra, value in families:
+        lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}", f"{name}{{{labels}{extra}}} {value}"]
+    return "\n".join(lines) + "\n"
+
+
 def serve(host: str, port: int, models: list[str], api_key: str | None, record: Json, prefix: str,
           open_models: bool = False) -> int:
     """Serve until SIGTERM (exit status 0); ``open_models``: GET /v1/models needs no key."""
     hooks = Hooks()
     record_body = json.dumps(record, sort_keys=True).encode()
+    served = {"stop": 0}
 
     class Handler(BaseHTTPRequestHandler):
         def _send(self, status: int, body: Any, raw: bytes | None = None) -> None:
@@ -221,6 +242,13 @@ def serve(host: str, port: int, models: list[str], api_key: str | None, record: 
                 self._send(503 if failing else 200, {"status": "failing" if failing else "ok"})
             elif path == "/lab/config":
                 self._send(200, None, record_body)
+            elif path == "/metrics":
+                data = vllm_metrics(models[0], served["stop"]).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
             elif path == "/v1/models":
                 if open_models or self._authorised():
                     data = [{"id": name, "object": "model", "owned_by": "lab"} for name in models]
@@ -246,6 +274,7 @@ def serve(host: str, port: int, models: list[str], api_key: str | None, record: 
             # As the lab's first stand-in answered (molecule/serve/verify.yml): the served model, whatever the request
             # names, and a digest of the served model and the prompt text.
             model = models[0]
+            served["stop"] += 1
             digest, text = _answer(model, prompt if isinstance(prompt, str) else json.dumps(prompt))
             if chat:
                 choice: Json = {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}
