@@ -71,7 +71,7 @@ def host_targets(report: Mapping[str, Any], host: str, address: Any, site: Any, 
         raise MetricsError(f"{host}: expected the fleet_status result of the host (with its instances)")
     where = target_address(address, host)
     common = {"host": host, "site": _text(site), "device": _text(device)}
-    instances = []
+    instances: list[JSON] = []
     for item in report["instances"]:
         if not isinstance(item, dict) or not item.get("instance"):
             continue
@@ -85,11 +85,11 @@ def host_targets(report: Mapping[str, Any], host: str, address: Any, site: Any, 
             profile=_text(item.get("profile")),
         )
         instances.append({"targets": [f"{where}:{port}"], "labels": {key: labels[key] for key in INSTANCE_LABELS}})
-    nodes = []
+    nodes: list[JSON] = []
     if str(node_port).strip() not in ("0", "", "None"):
         port = _port(node_port, f"{host}: metrics_node_exporter_port")
         nodes.append({"targets": [f"{where}:{port}"], "labels": {key: common[key] for key in NODE_LABELS}})
-    instances.sort(key=lambda entry: entry["labels"]["instance"])
+    instances.sort(key=lambda entry: str(entry["labels"]["instance"]))
     return {"host": host, "instances": instances, "nodes": nodes}
 
 
