@@ -88,9 +88,16 @@ def test_every_expression_names_an_exported_or_vllm_metric(source):
 
 def test_the_dashboard_and_the_alerts_cover_the_metrics_of_the_issue():
     used = set().union(*(metric_names(e) for e in dashboard_exprs()[1] + alert_exprs()))
-    for name in ("ttfleet_instance_health_ok", "ttfleet_instance_restarts_total", "ttfleet_volume_free_bytes",
-                 "ttfleet_upgrade_need_bytes", "ttfleet_host_boards", "ttfleet_reclaimable_bytes",
-                 "vllm:num_requests_running", "vllm:request_success_total"):
+    for name in (
+        "ttfleet_instance_health_ok",
+        "ttfleet_instance_restarts_total",
+        "ttfleet_volume_free_bytes",
+        "ttfleet_upgrade_need_bytes",
+        "ttfleet_host_boards",
+        "ttfleet_reclaimable_bytes",
+        "vllm:num_requests_running",
+        "vllm:request_success_total",
+    ):
         assert name in used
 
 

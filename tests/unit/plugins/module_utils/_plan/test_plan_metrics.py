@@ -13,10 +13,25 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._plan.metrics im
 REPORT = {
     "release": "v0.20.0",
     "instances": [
-        {"instance": "llama-3-1-8b", "model": "Llama-3.1-8B", "model_name": "Llama-3.1-8B", "device": "p150",
-         "release": "v0.20.0", "profile": None, "port": 8001, "healthy": True},
-        {"instance": "llama-3-1-8b-instruct", "model_name": "Llama-3.1-8B-Instruct", "device": "p150",
-         "release": "v0.20.0", "profile": "chat", "port": 8000, "healthy": False},
+        {
+            "instance": "llama-3-1-8b",
+            "model": "Llama-3.1-8B",
+            "model_name": "Llama-3.1-8B",
+            "device": "p150",
+            "release": "v0.20.0",
+            "profile": None,
+            "port": 8001,
+            "healthy": True,
+        },
+        {
+            "instance": "llama-3-1-8b-instruct",
+            "model_name": "Llama-3.1-8B-Instruct",
+            "device": "p150",
+            "release": "v0.20.0",
+            "profile": "chat",
+            "port": 8000,
+            "healthy": False,
+        },
     ],
 }
 
@@ -25,14 +40,34 @@ def test_one_target_per_instance_with_every_label_and_the_node_target():
     got = host_targets(REPORT, "qb2-01", "10.0.0.7", "lab", "p150x4", 9100)
     assert got["host"] == "qb2-01"
     assert got["instances"] == [
-        {"targets": ["10.0.0.7:8001"], "labels": {"host": "qb2-01", "instance": "llama-3-1-8b", "model": "Llama-3.1-8B",
-                                                 "device": "p150", "release": "v0.20.0", "profile": "", "site": "lab"}},
-        {"targets": ["10.0.0.7:8000"], "labels": {"host": "qb2-01", "instance": "llama-3-1-8b-instruct",
-                                                 "model": "Llama-3.1-8B-Instruct", "device": "p150",
-                                                 "release": "v0.20.0", "profile": "chat", "site": "lab"}},
+        {
+            "targets": ["10.0.0.7:8001"],
+            "labels": {
+                "host": "qb2-01",
+                "instance": "llama-3-1-8b",
+                "model": "Llama-3.1-8B",
+                "device": "p150",
+                "release": "v0.20.0",
+                "profile": "",
+                "site": "lab",
+            },
+        },
+        {
+            "targets": ["10.0.0.7:8000"],
+            "labels": {
+                "host": "qb2-01",
+                "instance": "llama-3-1-8b-instruct",
+                "model": "Llama-3.1-8B-Instruct",
+                "device": "p150",
+                "release": "v0.20.0",
+                "profile": "chat",
+                "site": "lab",
+            },
+        },
     ]
-    assert got["nodes"] == [{"targets": ["10.0.0.7:9100"], "labels": {"host": "qb2-01", "device": "p150x4",
-                                                                      "site": "lab"}}]
+    assert got["nodes"] == [
+        {"targets": ["10.0.0.7:9100"], "labels": {"host": "qb2-01", "device": "p150x4", "site": "lab"}}
+    ]
 
 
 def test_an_ipv6_address_is_bracketed_and_port_0_leaves_the_node_out():
@@ -83,10 +118,20 @@ def test_a_host_of_the_run_with_no_instances_drops_its_old_ones_and_the_order_is
 
 
 def test_host_settings_record_what_the_site_run_saw():
-    facts = {"device_nodes": ["/dev/tenstorrent/0", "/dev/tenstorrent/1"], "firmware_version": "18.6.0",
-             "kmd_version": "2.4.1"}
-    got = host_settings("/var/lib/prometheus/node-exporter", ["/var/lib/tt-cache/", "/srv/preseed", ""], "p150x4",
-                        facts, 2.5, "/var/lib/ttfleet/prune/report.json", 600)
+    facts = {
+        "device_nodes": ["/dev/tenstorrent/0", "/dev/tenstorrent/1"],
+        "firmware_version": "18.6.0",
+        "kmd_version": "2.4.1",
+    }
+    got = host_settings(
+        "/var/lib/prometheus/node-exporter",
+        ["/var/lib/tt-cache/", "/srv/preseed", ""],
+        "p150x4",
+        facts,
+        2.5,
+        "/var/lib/ttfleet/prune/report.json",
+        600,
+    )
     assert got == {
         "textfile_dir": "/var/lib/prometheus/node-exporter",
         "volume_roots": ["/srv/preseed", "/var/lib/tt-cache"],
