@@ -19,19 +19,17 @@ A Prometheus left running on the same DIR is stopped first. stop stops it.
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from hf_mirror import free_port  # tests/lab/hf_mirror.py
-from registry import CACHE, _download_deb, _kill_group, _spawn, cache_lock, log  # tests/lab/registry.py
+from registry import CACHE, _download_deb, _kill_group, _spawn, _wait_v2, cache_lock, log  # tests/lab/registry.py
 
 BINARIES = ("prometheus", "promtool")
 
@@ -78,25 +76,6 @@ def _config(state, file_sd, fleet, rules, interval):
     return path
 
 
-def _wait_ready(url, proc, log_path, seconds=30):
-    host, port = url.removeprefix("http://").split(":")
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"prometheus exited with {proc.returncode}; see {log_path}")
-        conn = http.client.HTTPConnection(host, int(port), timeout=2)
-        try:
-            conn.request("GET", "/-/ready")
-            if conn.getresponse().status == 200:
-                return
-        except OSError:
-            pass
-        finally:
-            conn.close()
-        time.sleep(0.2)
-    raise SystemExit(f"prometheus did not answer /-/ready within {seconds} s; see {log_path}")
-
-
 def start(args):
     state = os.path.abspath(args.state)
     os.makedirs(state, exist_ok=True)
@@ -114,7 +93,7 @@ def start(args):
         "--web.enable-lifecycle",
     ]
     proc = _spawn(argv, state, "prometheus.pid", "prometheus.log")
-    _wait_ready(url, proc, os.path.join(state, "prometheus.log"))
+    _wait_v2(url.removeprefix("http://"), proc, "prometheus", os.path.join(state, "prometheus.log"), 30, "/-/ready")
     with open(os.path.join(state, "url"), "w") as handle:
         handle.write(url + "\n")
     print(json.dumps({"url": url}))

@@ -379,8 +379,8 @@ def _spawn(argv, state, pidname, out_name):
     return proc
 
 
-def _wait_v2(address, proc, what, log_path, seconds=20):
-    """Wait until GET http://address/v2/ answers 200, at most ``seconds``."""
+def _wait_v2(address, proc, what, log_path, seconds=20, path="/v2/"):
+    """Wait until GET http://address``path`` answers 200, at most ``seconds``."""
     host, _sep, port = address.rpartition(":")
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -388,7 +388,7 @@ def _wait_v2(address, proc, what, log_path, seconds=20):
             raise SystemExit(f"{what} exited with {proc.returncode}; see {log_path}")
         conn = http.client.HTTPConnection(host, int(port), timeout=2)
         try:
-            conn.request("GET", "/v2/")
+            conn.request("GET", path)
             if conn.getresponse().status == 200:
                 return
         except OSError:
@@ -396,7 +396,7 @@ def _wait_v2(address, proc, what, log_path, seconds=20):
         finally:
             conn.close()
         time.sleep(0.1)
-    raise SystemExit(f"{what} did not answer GET http://{address}/v2/ with 200 within {seconds} s; see {log_path}")
+    raise SystemExit(f"{what} did not answer GET http://{address}{path} with 200 within {seconds} s; see {log_path}")
 
 
 def _registry_config(state, address):
