@@ -61,7 +61,8 @@ options:
   remove:
     description:
       - Items to remove although the defaults keep them, such as a factory volume, a volume an alias points to, an
-        image reference or a release tag. A name that is needed or in use is still kept, with a message in RV(left_alone).
+        image reference or a release tag. A name that is needed or in use is still kept, with a message in
+        RV(left_alone).
     type: list
     elements: str
     default: []

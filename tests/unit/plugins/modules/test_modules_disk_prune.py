@@ -236,7 +236,8 @@ def test_mounted_volume_by_inode_and_a_named_needed_volume_are_refused_with_mess
         result = prune({**options, "remove": [V14, V19, "volume_id_nothing-here-v1.0.0"]}, True, engine=eng)
     items = {i["name"]: i for i in result["items"]}
     assert items[V14]["action"] == "keep" and "mounts" in items[V14]["note"]
-    assert any(m.startswith(f"remove names {V19}, but it is kept: needed by a kept release") for m in result["left_alone"])
+    left = result["left_alone"]
+    assert any(m.startswith(f"remove names {V19}, but it is kept: needed by a kept release") for m in left)
     assert any("volume_id_nothing-here-v1.0.0, which is not found" in m for m in result["left_alone"])
 
 
