@@ -18,10 +18,10 @@ export PYTHONDONTWRITEBYTECODE=1
 out="$root/tests/output"
 mkdir -p "$out"
 
-# Debian packages a stage needs; a pristine Debian 12 has none of these.
+# Debian packages a stage needs; a pristine Debian 12 has none of these. COMMAND or COMMAND:PACKAGE.
 need_debs() {
   local missing=() p
-  for p in "$@"; do command -v "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  for p in "$@"; do command -v "${p%%:*}" >/dev/null 2>&1 || missing+=("${p#*:}"); done
   if [ ${#missing[@]} -gt 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
   fi
@@ -325,7 +325,7 @@ run_entry() {
 # What every molecule scenario and the fault suite need, made once before they run side by side: the Docker engine (a
 # pristine machine installs docker.io), the lab image, the lab's TTIS repository and the Debian packages of the stages.
 lab_ready() {
-  need_debs zstd shellcheck rsync git debootstrap tinyproxy
+  need_debs zstd shellcheck rsync git debootstrap tinyproxy ssh-keygen:openssh-client
   tests/lab/ensure-docker.sh
   # The Debian 13 host of the fleet scenario (molecule/fleet: fl-n300), built beside the Debian 12 images: a
   # debootstrap is mostly waiting on the mirror.
@@ -406,7 +406,7 @@ all() {
   # hostile run (hostile's bounds hold on a loaded machine: docs/benchmarks.md, "Quick stages under load"). Lint runs
   # in the pool, with the other checks: beside the lab set-up it made the quick stages outlast it (343 s against 239 s
   # on a pristine machine), and the pool waits for both.
-  timed packages need_debs zstd shellcheck rsync git debootstrap tinyproxy
+  timed packages need_debs zstd shellcheck rsync git debootstrap tinyproxy ssh-keygen:openssh-client
   mkdir -p "$out/stages"
   local lab_log="$out/stages/lab-set-up.log" lab_start=$SECONDS lab_rc=0
   { lab_ready; echo "$((SECONDS - lab_start))" >"$lab_log.seconds"; } >"$lab_log" 2>&1 &

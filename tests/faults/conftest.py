@@ -388,7 +388,15 @@ def _write_inventory(hosts):
     groups = {}
     for name, device in hosts.items():
         groups.setdefault(device, []).append(name)
-    lines = ["---", "# Written by tests/faults/conftest.py for the fault suite's lab hosts.", "all:", "  children:"]
+    # The suite reaches its hosts through `docker exec` as root (molecule fleet and upgrade cover SSH with sudo).
+    lines = [
+        "---",
+        "# Written by tests/faults/conftest.py for the fault suite's lab hosts.",
+        "all:",
+        "  vars:",
+        "    ansible_connection: community.docker.docker",
+        "  children:",
+    ]
     for device, names in sorted(groups.items()):
         lines += [f"    {device}:", "      hosts:"] + [f"        {name}:" for name in sorted(names)]
     with open(os.path.join(INVENTORY, "hosts.yml"), "w", encoding="utf-8") as handle:

@@ -3,7 +3,7 @@
 #   tools   .venv with the pinned development toolchain of requirements-dev.txt, and the collection tree under
 #           .ansible/collections (this checkout as ttfleet.inference + third-party collections
 #           taken from the `ansible` wheel on PyPI; nothing from Galaxy)
-#   docker  a Docker engine that answers, and the lab base image
+#   docker  a Docker engine that answers, the lab base image, and an SSH client for the lab hosts
 #   matrix  .venv-<lowest ansible-core> for the support matrix: the `#matrix` pins of requirements-dev.txt (the lowest
 #           ansible-core the collection claims) plus the unit-test tools, constrained by the other pins
 # Each step is skipped when its result is already there, so a second run is quick.
@@ -122,6 +122,11 @@ ensure_matrix() {
 
 ensure_docker() {
   tests/lab/ensure-docker.sh
+  # The controller reaches the lab hosts over SSH (tests/lab/lab.py): ssh and ssh-keygen, not in a minimal Debian.
+  if ! command -v ssh >/dev/null 2>&1 || ! command -v ssh-keygen >/dev/null 2>&1; then
+    log "installing openssh-client"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-client >/dev/null
+  fi
   tests/lab/build-image.sh >/dev/null
 }
 

@@ -36,8 +36,9 @@ done
 if [ "$flavour" = lab ]; then
   # What later roles need on a host (as Ubuntu/Debian servers ship it): python and python3-apt for modules, git/venv for
   # tt-inference-server, rsync/curl for weights, iproute2/procps for diagnostics, and the monitoring a site runs:
-  # Debian's node_exporter (its unit reads the textfile directory /var/lib/prometheus/node-exporter; molecule/metrics).
-  packages=systemd,systemd-sysv,dbus,python3,python-is-python3,python3-apt,python3-venv,python3-yaml,sudo,iproute2,procps,git,rsync,curl,ca-certificates,util-linux,prometheus-node-exporter
+  # Debian's node_exporter (its unit reads the textfile directory /var/lib/prometheus/node-exporter; molecule/metrics),
+  # and sshd, the way operators reach their hosts (tests/lab/lab.py gives each host an admin user with sudo and a key).
+  packages=systemd,systemd-sysv,dbus,python3,python-is-python3,python3-apt,python3-venv,python3-yaml,sudo,iproute2,procps,git,rsync,curl,ca-certificates,util-linux,prometheus-node-exporter,openssh-server
   repo=ttfleet-lab/debian
   [ "$suite" = bookworm ] || repo="ttfleet-lab/debian-$suite"
 elif [ "$flavour" = standin ]; then
@@ -121,6 +122,28 @@ WantedBy=sysinit.target
 UNIT
   mkdir -p "$rootfs/etc/systemd/system/sysinit.target.wants"
   ln -s ../lab-proc-sys-rw.service "$rootfs/etc/systemd/system/sysinit.target.wants/lab-proc-sys-rw.service"
+fi
+# sshd: openssh-server's postinst made host keys in the rootfs, which every container of the image would share. Each
+# lab host makes its own at its first start instead (as a cloned VM's cloud-init does), ed25519 only: the controller
+# writes its known_hosts from it (tests/lab/lab.py), and an RSA key costs seconds of CPU per host on a busy machine.
+# Key logins only. pam_loginuid fails in a container without CAP_AUDIT_CONTROL, which would refuse every session:
+# optional here, as it is on hosts where the audit subsystem is absent.
+if [ "$flavour" = lab ]; then
+  rm -f "$rootfs"/etc/ssh/ssh_host_*
+  cat >"$rootfs/etc/ssh/sshd_config.d/ttfleet-lab.conf" <<'CONF'
+HostKey /etc/ssh/ssh_host_ed25519_key
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin no
+CONF
+  mkdir -p "$rootfs/etc/systemd/system/ssh.service.d"
+  cat >"$rootfs/etc/systemd/system/ssh.service.d/ttfleet-lab-hostkey.conf" <<'UNIT'
+[Service]
+ExecStartPre=
+ExecStartPre=/bin/sh -c 'test -s /etc/ssh/ssh_host_ed25519_key || ssh-keygen -q -t ed25519 -N "" -f /etc/ssh/ssh_host_ed25519_key'
+ExecStartPre=/usr/sbin/sshd -t
+UNIT
+  sed -i 's/^session\s\+required\s\+pam_loginuid.so/session optional pam_loginuid.so/' "$rootfs/etc/pam.d/sshd"
 fi
 # Hardware stand-in for the lab only: prints the snapshot each lab host was given.
 [ "$flavour" = lab ] && install -m 0755 "$here/files/tt-smi" "$rootfs/usr/local/bin/tt-smi"

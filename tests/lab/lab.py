@@ -4,12 +4,18 @@
 Lab only, never used by roles or plugins. Each host is a Debian 12 container with systemd as PID 1,
 `/dev/tenstorrent/<N>` character devices matching its device type's PCIe chip count, a hugetlbfs
 mount at /dev/hugepages-1G, and a `tt-smi -s` stand-in that prints a snapshot shaped like the real
-one. `up` writes inventories/lab/hosts.yml with one group per device type.
+one. `up` writes inventories/lab/hosts.yml with one group per device type. Every host runs sshd and has the admin
+user operators log in as (`ttadmin`: key login, sudo without a password, README "Hosts and access"); the inventory
+reaches the hosts over SSH with `become` (or through `docker exec` as root with --connection docker).
 
-    tests/lab/lab.py up [--hosts n150,n300,p300x2]   start (or reuse) hosts, write the inventory
+    tests/lab/lab.py up [--hosts n150,n300,p300x2] [--connection ssh|docker]
+                                                     start (or reuse) hosts, write the inventory
     tests/lab/lab.py down                            remove every lab host and the inventory
     tests/lab/lab.py status                          list lab hosts
     tests/lab/lab.py provision NAME=DEVICE ...       add the stand-ins to running containers
+    tests/lab/lab.py admin NAME ... --host-vars DIR --known-hosts FILE
+                                                     give running containers the admin user and write what the
+                                                     controller needs to reach them over SSH (molecule's prepare)
     tests/lab/lab.py fault NAME --device D [--boards D2] [--firmware V] [--kmd V] [--no-hugepages] [--reset]
     tests/lab/lab.py serve-image --tag IMAGE [--tag IMAGE ...] [--copy NAME:PATH ...]
                                                      build the lab inference image of each name (upstream's
@@ -44,6 +50,18 @@ HOST_DOCKER_DIRS = os.path.join(ROOT, ".cache", "lab-docker")
 # Where each lab host finds its tt-inference-server mirror and a PyPI-free wheelhouse
 # (inventories/lab/group_vars/all.yml points the inference_server role there).
 HOST_LAB_DIR = "/var/lib/ttfleet-lab"
+
+# The admin user operators reach their hosts as (README, "Hosts and access"): an unprivileged login with an SSH key,
+# root through sudo without a password. Not uid 1000: that is the QuietBox's first user `tt` (QB2_SCRIPT), who owns the
+# factory volume, and the user the forge images run as.
+ADMIN_USER = "ttadmin"
+ADMIN_UID = 1500
+# The lab's key, made once per checkout on the controller (never committed: .cache is ignored), and the known_hosts of
+# the lab inventory: each host's own ed25519 host key, read from the host as it is provisioned.
+SSH_DIR = os.path.join(ROOT, ".cache", "lab-ssh")
+SSH_KEY = os.path.join(SSH_DIR, "id_ed25519")
+LAB_KNOWN_HOSTS = os.path.join(SSH_DIR, "known_hosts")
+CONNECTIONS = ("ssh", "docker")
 
 # TTIS device name -> what the hardware looks like: PCIe chips (= /dev/tenstorrent nodes) and the
 # tt-smi `device_info` entries. tt-smi suffixes every Wormhole chip " L" (PCIe) or " R" (remote: an
@@ -282,21 +300,126 @@ def provision(name, device):
         docker("exec", "-i", name, "sh", "-s", stdin=QB2_SCRIPT)
 
 
-def write_inventory(hosts):
+def ssh_key():
+    """The path of the lab's admin key (ed25519, 0600, no passphrase), made on first use under .cache/lab-ssh."""
+    with cache_lock("lab-ssh"):
+        if not os.path.exists(SSH_KEY):
+            os.makedirs(SSH_DIR, mode=0o700, exist_ok=True)
+            tmp = tempfile.mkdtemp(prefix="key.", dir=SSH_DIR)
+            try:
+                subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "ttfleet-lab-admin",
+                                "-f", os.path.join(tmp, "key")], check=True, stdout=subprocess.DEVNULL)
+                # The public half first: a private key never exists without it.
+                os.replace(os.path.join(tmp, "key.pub"), SSH_KEY + ".pub")
+                os.replace(os.path.join(tmp, "key"), SSH_KEY)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+    return SSH_KEY
+
+
+def admin_script(public_key):
+    """The admin user with the key in authorized_keys and sudo as the README asks of operators' hosts: NOPASSWD, and no
+    `requiretty` (with it sudo refuses Ansible's pipelined modules, which run without a terminal: molecule fleet's
+    verify shows both)."""
+    sudoers = f"{ADMIN_USER} ALL=(ALL:ALL) NOPASSWD: ALL\n"
+    home = f"/home/{ADMIN_USER}"
+    return f"""set -e
+id {ADMIN_USER} >/dev/null 2>&1 || useradd -m -u {ADMIN_UID} -s /bin/bash {ADMIN_USER}
+install -d -m 0700 -o {ADMIN_USER} -g {ADMIN_USER} {home}/.ssh
+printf '%s\\n' '{public_key}' > {home}/.ssh/authorized_keys.new
+chown {ADMIN_USER}:{ADMIN_USER} {home}/.ssh/authorized_keys.new
+chmod 0600 {home}/.ssh/authorized_keys.new
+mv {home}/.ssh/authorized_keys.new {home}/.ssh/authorized_keys
+printf '{sudoers}' > /etc/sudoers.d/ttfleet-lab-admin.new
+chmod 0440 /etc/sudoers.d/ttfleet-lab-admin.new
+visudo -cqf /etc/sudoers.d/ttfleet-lab-admin.new
+mv /etc/sudoers.d/ttfleet-lab-admin.new /etc/sudoers.d/ttfleet-lab-admin
+"""
+
+
+def host_address(name):
+    """The container's address on its (first) Docker network: what the controller's ssh connects to."""
+    text = docker("inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}", name).stdout
+    addresses = text.split()
+    if not addresses:
+        raise SystemExit(f"{name}: the container has no address on a Docker network")
+    return addresses[0]
+
+
+def add_admin(name):
+    """Give a running lab host the admin user; returns its known_hosts line (address and its own host key)."""
+    with open(ssh_key() + ".pub", encoding="utf-8") as handle:
+        public_key = handle.read().strip()
+    docker("exec", "-i", name, "sh", "-s", stdin=admin_script(public_key))
+    # sshd makes the host's own key as it starts (tests/lab/build-image.sh); systemd may still be starting it.
+    for _attempt in range(30):
+        proc = docker("exec", name, "sh", "-c", "systemctl is-active -q ssh && cat /etc/ssh/ssh_host_ed25519_key.pub",
+                      check=False)
+        if proc.returncode == 0 and proc.stdout.startswith("ssh-ed25519 "):
+            key_type, key = proc.stdout.split()[:2]
+            return f"{host_address(name)} {key_type} {key}"
+        time.sleep(1)
+    journal = docker("exec", name, "journalctl", "-u", "ssh", "-n", "20", "--no-pager", check=False).stdout
+    raise SystemExit(f"{name}: sshd did not start within 30 s: {journal.strip()[-1500:]}")
+
+
+def ssh_vars(known_hosts):
+    """The connection variables of a lab host over SSH, as an operator's inventory sets them (README): the admin user,
+    `become`, and host keys checked against ``known_hosts`` (written by the lab set-up, never learnt on first use)."""
+    return {
+        "ansible_connection": "ssh",
+        "ansible_user": ADMIN_USER,
+        "ansible_become": True,
+        "ansible_ssh_private_key_file": ssh_key(),
+        "ansible_host_key_checking": True,
+        "ansible_ssh_common_args": (f"-o UserKnownHostsFile={known_hosts} -o StrictHostKeyChecking=yes "
+                                    "-o IdentitiesOnly=yes"),
+    }
+
+
+def write_known_hosts(path, lines):
+    """Write ``lines`` (one per host) to ``path``, replacing the entries of the same addresses (addresses are reused
+    by new containers, with new keys)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with cache_lock("lab-ssh"):
+        fresh = {line.split()[0] for line in lines}
+        kept = []
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as handle:
+                kept = [line.rstrip("\n") for line in handle if line.split() and line.split()[0] not in fresh]
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write("".join(f"{line}\n" for line in kept + list(lines)))
+        os.replace(tmp, path)
+
+
+def write_inventory(hosts, connection="ssh", addresses=None):
+    """inventories/lab/hosts.yml: one group per device type under the group ``ttfleet_lab``, whose vars say how the
+    controller reaches the hosts (``ssh``: ``addresses`` by name; ``docker``: `docker exec` as root)."""
     groups = {}
     for name, device in sorted(hosts.items()):
         groups.setdefault(device, []).append(name)
+    if connection != "ssh":
+        # The docker connection names the container by ansible_host (by default the inventory name).
+        addresses = None
+    conn = ssh_vars(LAB_KNOWN_HOSTS) if connection == "ssh" else {"ansible_connection": "community.docker.docker"}
     lines = [
         "---",
         "# Written by tests/lab/lab.py for the simulated lab; do not edit (rerun `make lab`).",
         "all:",
         "  children:",
+        "    ttfleet_lab:",
+        "      vars:",
     ]
+    lines += [f"        {key}: {json.dumps(value)}" for key, value in conn.items()]
+    lines += ["      children:"]
     for device in DEVICES:
         if device not in groups:
             continue
-        lines += [f"    {device}:", "      hosts:"]
-        lines += [f"        {name}:" for name in groups[device]]
+        lines += [f"        {device}:", "          hosts:"]
+        for name in groups[device]:
+            address = (addresses or {}).get(name)
+            lines += [f"            {name}:" + (f" {{ansible_host: {address}}}" if address else "")]
     os.makedirs(os.path.dirname(INVENTORY), exist_ok=True)
     tmp = INVENTORY + ".tmp"
     with open(tmp, "w", encoding="utf-8") as handle:
@@ -338,9 +461,13 @@ def cmd_up(args):
             log(f"{name}: starting ({device})")
             start_host(name, device, image)
     ensure_ttis_repo()
+    known = {}
     for name, device in wanted:
         provision(name, device)
-    write_inventory(dict(wanted))
+        known[name] = add_admin(name)
+    if args.connection == "ssh":
+        write_known_hosts(LAB_KNOWN_HOSTS, list(known.values()))
+    write_inventory(dict(wanted), args.connection, {name: line.split()[0] for name, line in known.items()})
     log(f"{len(wanted)} lab hosts up; inventory {os.path.relpath(INVENTORY, ROOT)}")
 
 
@@ -369,6 +496,21 @@ def cmd_provision(args):
             raise SystemExit(f"{item!r}: expected NAME=DEVICE with DEVICE one of {', '.join(DEVICES)}")
         provision(name, device)
         log(f"{name}: provisioned as {device}")
+
+
+def cmd_admin(args):
+    """Give running containers (molecule's platforms) the admin user; write each one's ``ansible_host`` into
+    ``--host-vars`` and its host key into ``--known-hosts``."""
+    lines = {}
+    for name in args.containers:
+        lines[name] = add_admin(name)
+        log(f"{name}: admin user {ADMIN_USER}, ssh {lines[name].split()[0]}")
+    write_known_hosts(args.known_hosts, list(lines.values()))
+    os.makedirs(args.host_vars, exist_ok=True)
+    for name, line in lines.items():
+        with open(os.path.join(args.host_vars, f"{name}.yml"), "w", encoding="utf-8") as handle:
+            handle.write(f"---\n# Written by tests/lab/lab.py admin: the address ssh reaches {name} on.\n"
+                         f"ansible_host: {line.split()[0]}\n")
 
 
 def cmd_fault(args):
@@ -707,12 +849,20 @@ def main():
     up = sub.add_parser("up", help="start lab hosts and write inventories/lab/hosts.yml")
     up.add_argument("--hosts", default=os.environ.get("TTFLEET_LAB_HOSTS", DEFAULT_HOSTS),
                     help=f"comma-separated device types, one host each (default {DEFAULT_HOSTS})")
+    up.add_argument("--connection", choices=CONNECTIONS, default=os.environ.get("TTFLEET_LAB_CONNECTION", "ssh"),
+                    help="how the inventory reaches the hosts: ssh as the admin user with sudo (default), or "
+                         "docker exec as root")
     up.set_defaults(func=cmd_up)
     sub.add_parser("down", help="remove all lab hosts").set_defaults(func=cmd_down)
     sub.add_parser("status", help="list lab hosts").set_defaults(func=cmd_status)
     prov = sub.add_parser("provision", help="add the hardware stand-ins to running containers")
     prov.add_argument("containers", nargs="+", metavar="NAME=DEVICE")
     prov.set_defaults(func=cmd_provision)
+    admin = sub.add_parser("admin", help="give running containers the admin user, for SSH with sudo")
+    admin.add_argument("containers", nargs="+", metavar="NAME")
+    admin.add_argument("--host-vars", required=True, help="directory for each host's ansible_host (NAME.yml)")
+    admin.add_argument("--known-hosts", required=True, help="known_hosts file to write the hosts' keys into")
+    admin.set_defaults(func=cmd_admin)
     fault = sub.add_parser("fault", help="make a host report wrong boards, old firmware or no hugepages")
     fault.add_argument("name")
     fault.add_argument("--device", required=True, help="the host's real device type")
