@@ -111,7 +111,10 @@ def start(args):
     revisions, models = {}, {}
     for repo in args.repo:
         out = subprocess.run(
-            [sys.executable, HF_MODEL, mirrors, "--repo", repo], check=True, capture_output=True, text=True
+            [sys.executable, HF_MODEL, mirrors, "--repo", repo, "--hidden", str(args.hidden)],
+            check=True,
+            capture_output=True,
+            text=True,
         ).stdout
         models[repo] = json.loads(out)
         revisions[repo] = models[repo]["sha"]
@@ -200,6 +203,7 @@ def main(argv=None):
         if name == "start":
             cmd.add_argument("--repo", action="append", required=True)
             cmd.add_argument("--network", default="ttfleet-lab")
+            cmd.add_argument("--hidden", type=int, default=256, help="the models' hidden size (tests/lab/hf_model.py)")
     args = parser.parse_args(argv)
     args.state = os.path.abspath(args.state)
     if args.command == "start":

@@ -176,7 +176,7 @@ def _git(*args, cwd):
     return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
 
 
-def build(mirrors, repo_id=DEFAULT_REPO, lfs=True, seed=20261130):
+def build(mirrors, repo_id=DEFAULT_REPO, lfs=True, seed=20261130, hidden=256):
     """Build (or rebuild) the repository; return ``{"sha", "path", "files"}``.
 
     ``files`` maps each path to ``{size, sha256, blob_sha1, lfs}`` of the real content.
@@ -186,7 +186,7 @@ def build(mirrors, repo_id=DEFAULT_REPO, lfs=True, seed=20261130):
         shutil.rmtree(path)
     os.makedirs(path)
     _git("init", "-q", "-b", "main", cwd=path)
-    files = model_files(seed=seed)
+    files = model_files(seed=seed, hidden=hidden)
     info = {}
     for name, content in sorted(files.items()):
         target = os.path.join(path, name)
@@ -217,8 +217,9 @@ def main(argv=None):
     parser.add_argument("mirrors")
     parser.add_argument("--repo", default=DEFAULT_REPO)
     parser.add_argument("--no-lfs", action="store_true")
+    parser.add_argument("--hidden", type=int, default=256, help="hidden size: 256 is ~2 MB of weights, 1024 ~42 MB")
     args = parser.parse_args(argv)
-    result = build(args.mirrors, args.repo, lfs=not args.no_lfs)
+    result = build(args.mirrors, args.repo, lfs=not args.no_lfs, hidden=args.hidden)
     result.pop("content")
     json.dump(result, sys.stdout, indent=2)
     print()
