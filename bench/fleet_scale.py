@@ -144,6 +144,16 @@ def host_mem_kb(name):
     return total
 
 
+def check_inotify(n):
+    """systemd takes several inotify instances per host, from one per-user limit (128 by default): past it, hosts stop
+    booting ("Failed to create inotify object: Too many open files") and `systemctl is-system-running --wait` hangs."""
+    with open("/proc/sys/fs/inotify/max_user_instances") as handle:
+        limit = int(handle.read())
+    if limit < 8 * n + 256:
+        raise SystemExit(f"fs.inotify.max_user_instances is {limit}: {n} systemd hosts need about {8 * n + 256} "
+                         f"(sysctl -w fs.inotify.max_user_instances={max(1024, 8 * n + 256)})")  # fmt: skip
+
+
 def mem_available_mb():
     with open("/proc/meminfo") as handle:
         return next(int(line.split()[1]) for line in handle if line.startswith("MemAvailable:")) // 1024
@@ -171,7 +181,10 @@ def start_hosts(n, image, work):
                "--stop-signal", "SIGRTMIN+3", image, "/lib/systemd/systemd")  # fmt: skip
 
     def provision(name):
-        lab.wait_for_systemd(name)
+        # Bounded: lab.wait_for_systemd's `--wait` blocks for good on a host whose boot is stuck.
+        state = docker("exec", name, "timeout", "120", "systemctl", "is-system-running", "--wait", check=False).strip()
+        if state not in ("running", "degraded"):
+            raise SystemExit(f"{name}: systemd is {state or 'not answering'} after 120 s")
         docker("exec", "-i", name, "sh", "-s", stdin=lab.provision_script("n150"))
         lab.write_snapshot(name, lab.snapshot("n150", name))
 
@@ -397,6 +410,7 @@ def main():
     state = os.path.join(work, "hf-mirror")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                             check=False).stdout.strip()  # fmt: skip
+    check_inotify(max(int(s) for s in args.sizes.split(",")))
     image = ensure_image()
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", os.path.join(work, "id")], check=True)
     os.chmod(os.path.join(work, "id.pub"), 0o644)
