@@ -3,7 +3,7 @@
 
 Each host is a container of the lab image (tests/lab/build-image.sh: Debian 12, real systemd as PID 1, Python) plus
 openssh-server and an unprivileged admin user `fsadmin` with key authentication and passwordless sudo, named fs-<i>
-on the network fs-net. The controller reaches every host over real SSH (ControlMaster/ControlPersist, pipelining) and
+on the network fs-net. The controller reaches every host over real SSH (ansible.cfg's ssh_args, pipelining) and
 becomes root through real sudo. What is faked, as the lab fakes it (tests/lab/lab.py): the Tenstorrent devices
 (/dev/tenstorrent nodes, a hugetlbfs mount, the tt-smi stand-in and its n150 snapshot); the Docker engine is not there
 at all (tt_host_install_docker: false, the docker preflight check skipped) and so neither is serving: site.yml runs
@@ -253,8 +253,9 @@ def env_for(work, tag):
         ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".ansible", "collections"),
         ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
         ANSIBLE_HOST_KEY_CHECKING="false",
-        ANSIBLE_SSH_ARGS="-C -o ControlMaster=auto -o ControlPersist=60s -o UserKnownHostsFile=/dev/null "
-                         "-o StrictHostKeyChecking=no -o LogLevel=ERROR",
+        # ssh_args (ControlMaster, ControlPersist) from ansible.cfg, as operators run it; the fleet's host keys are
+        # new at every start.
+        ANSIBLE_SSH_COMMON_ARGS="-o UserKnownHostsFile=/dev/null -o StrictHostKeyChecking=no -o LogLevel=ERROR",
         ANSIBLE_SSH_CONTROL_PATH_DIR=control,
         ANSIBLE_CALLBACK_PLUGINS=os.path.join(ROOT, "bench", "callback_plugins"),
         ANSIBLE_CALLBACKS_ENABLED="ttfleet_contact",
