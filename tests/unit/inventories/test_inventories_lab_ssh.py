@@ -1,8 +1,9 @@
 """The lab reaches its hosts the way the README tells operators to: SSH as an admin user, `become` through sudo
 without a password and without `requiretty`, pipelining, one persistent master connection per host, host keys checked.
 
-What tests/lab/lab.py writes (the lab inventory, the admin user's sudoers and key, known_hosts) and the collection's
-ansible.cfg are checked here against each other and against the README.
+What tests/lab/lab.py writes (the lab inventory, the admin user's sudoers and key, known_hosts), the collection's
+ansible.cfg, molecule's base config and the SSH scenarios' connection options are checked here against each other and
+against the README; molecule fleet runs them for real.
 """
 
 import configparser
@@ -19,6 +20,8 @@ from conftest import ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "lab"))
 import lab
+
+SSH_SCENARIOS = ("fleet",)
 
 
 def _read(*parts):
@@ -146,3 +149,21 @@ def test_controller_ssh_settings():
     assert int(persist.split("=", 1)[1].rstrip("s")) >= 60
     # %C: a hash of host, port and user, so a long host name cannot push the socket path past 108 bytes.
     assert cfg["control_path"] == "%(directory)s/%%C"
+
+
+def test_molecule_ssh_scenarios_use_the_same_settings(monkeypatch):
+    monkeypatch.setattr(lab, "ssh_key", lambda: "KEY")
+    base = yaml.safe_load(_read(".config", "molecule", "config.yml"))["ansible"]["cfg"]
+    cfg = _ansible_cfg()["ssh_connection"]
+    assert base["ssh_connection"]["pipelining"] is True
+    assert base["ssh_connection"]["ssh_args"] == cfg["ssh_args"]
+    assert base["ssh_connection"]["control_path"] == cfg["control_path"]
+    expected = lab.ssh_vars("KNOWN_HOSTS")
+    for scenario in SSH_SCENARIOS:
+        options = yaml.safe_load(_read("molecule", scenario, "molecule.yml"))["provisioner"]["connection_options"]
+        assert options["ansible_ssh_private_key_file"] == "${MOLECULE_PROJECT_DIRECTORY}/.cache/lab-ssh/id_ed25519"
+        options = dict(options, ansible_ssh_private_key_file="KEY")
+        options["ansible_ssh_common_args"] = options["ansible_ssh_common_args"].replace(
+            "${MOLECULE_EPHEMERAL_DIRECTORY}/known_hosts", "KNOWN_HOSTS"
+        )
+        assert options == expected, scenario
