@@ -3,7 +3,7 @@ without a password and without `requiretty`, pipelining, one persistent master c
 
 What tests/lab/lab.py writes (the lab inventory, the admin user's sudoers and key, known_hosts), the collection's
 ansible.cfg, molecule's base config and the SSH scenarios' connection options are checked here against each other and
-against the README; molecule fleet runs them for real.
+against the README; molecule fleet and upgrade run them for real.
 """
 
 import configparser
@@ -21,7 +21,7 @@ from conftest import ROOT
 sys.path.insert(0, os.path.join(ROOT, "tests", "lab"))
 import lab
 
-SSH_SCENARIOS = ("fleet",)
+SSH_SCENARIOS = ("fleet", "upgrade")
 
 
 def _read(*parts):
