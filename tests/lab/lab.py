@@ -13,7 +13,7 @@ reaches the hosts over SSH with `become` (or through `docker exec` as root with 
     tests/lab/lab.py down                            remove every lab host and the inventory
     tests/lab/lab.py status                          list lab hosts
     tests/lab/lab.py provision NAME=DEVICE ...       add the stand-ins to running containers
-    tests/lab/lab.py admin NAME ... --host-vars DIR --known-hosts FILE
+    tests/lab/lab.py admin NAME ... --inventory FILE --known-hosts FILE
                                                      give running containers the admin user and write what the
                                                      controller needs to reach them over SSH (molecule's prepare)
     tests/lab/lab.py fault NAME --device D [--boards D2] [--firmware V] [--kmd V] [--no-hugepages] [--reset]
@@ -499,18 +499,19 @@ def cmd_provision(args):
 
 
 def cmd_admin(args):
-    """Give running containers (molecule's platforms) the admin user; write each one's ``ansible_host`` into
-    ``--host-vars`` and its host key into ``--known-hosts``."""
+    """Give running containers (molecule's platforms) the admin user; write each one's ``ansible_host`` into the
+    YAML inventory ``--inventory`` and its host key into ``--known-hosts``. An inventory file of its own beside
+    molecule's: molecule removes and rewrites the inventory's host_vars before every step, never other files."""
     lines = {}
     for name in args.containers:
         lines[name] = add_admin(name)
         log(f"{name}: admin user {ADMIN_USER}, ssh {lines[name].split()[0]}")
     write_known_hosts(args.known_hosts, list(lines.values()))
-    os.makedirs(args.host_vars, exist_ok=True)
-    for name, line in lines.items():
-        with open(os.path.join(args.host_vars, f"{name}.yml"), "w", encoding="utf-8") as handle:
-            handle.write(f"---\n# Written by tests/lab/lab.py admin: the address ssh reaches {name} on.\n"
-                         f"ansible_host: {line.split()[0]}\n")
+    hosts = {name: {"ansible_host": line.split()[0]} for name, line in lines.items()}
+    os.makedirs(os.path.dirname(os.path.abspath(args.inventory)), exist_ok=True)
+    with open(args.inventory, "w", encoding="utf-8") as handle:
+        handle.write("---\n# Written by tests/lab/lab.py admin: the address ssh reaches each host on.\n")
+        handle.write(json.dumps({"all": {"hosts": hosts}}, indent=2, sort_keys=True) + "\n")
 
 
 def cmd_fault(args):
@@ -860,7 +861,7 @@ def main():
     prov.set_defaults(func=cmd_provision)
     admin = sub.add_parser("admin", help="give running containers the admin user, for SSH with sudo")
     admin.add_argument("containers", nargs="+", metavar="NAME")
-    admin.add_argument("--host-vars", required=True, help="directory for each host's ansible_host (NAME.yml)")
+    admin.add_argument("--inventory", required=True, help="YAML inventory file to write each host's ansible_host into")
     admin.add_argument("--known-hosts", required=True, help="known_hosts file to write the hosts' keys into")
     admin.set_defaults(func=cmd_admin)
     fault = sub.add_parser("fault", help="make a host report wrong boards, old firmware or no hugepages")
