@@ -161,6 +161,43 @@ options:
         every pull. Without it a holder's own manifest is all a pull checks against, and a holder (or anything on
         the plain-HTTP path to it) that rewrites the files and the manifest together is believed.
     type: str
+  serve:
+    version_added: 0.3.0
+    description:
+      - Once the weights in O(dest) are complete and verified, serve them to fleet peers as
+        M(ttfleet.inference.weights_server) does with O(ttfleet.inference.weights_server#module:state=started) (the
+        same server, its state under the same O(serve.run_dir)), and return its RV(server). A server already running
+        under O(serve.name) for the same files, O(serve.bind), and with half of O(serve.ttl) left, is kept.
+      - One module run that pulls and then serves, instead of two; the model_cache role's fan-out passes it to every
+        pull whose host serves in a later round. When the fetch fails, nothing is served.
+      - Stop the server with M(ttfleet.inference.weights_server)
+        O(ttfleet.inference.weights_server#module:state=stopped).
+    type: dict
+    suboptions:
+      name:
+        version_added: 0.3.0
+        description: Name of the server's state file, as O(ttfleet.inference.weights_server#module:name).
+        type: str
+        required: true
+      bind:
+        version_added: 0.3.0
+        description: The address to listen on; when not set, the address of the interface of the default route.
+        type: str
+      port:
+        version_added: 0.3.0
+        description: TCP port; V(0) picks a free one.
+        type: int
+        default: 0
+      ttl:
+        version_added: 0.3.0
+        description: Seconds after which the server stops on its own.
+        type: int
+        default: 3600
+      run_dir:
+        version_added: 0.3.0
+        description: Directory of the server's state files, as O(ttfleet.inference.weights_server#module:run_dir).
+        type: path
+        default: /run/ttfleet-weights
 notes:
   - Sizes in messages are binary units (GiB), as tt-inference-server counts disk.
   - The manifest records where the files came from; it holds no secret.
@@ -374,6 +411,28 @@ manifest_sha256:
   returned: always
   type: str
   sample: 3d4f0c1b1c6d1c6f0e4cb1f8e0a1b9d39c2c7d5f4f6c0a9b8e7d6c5b4a3f2e1d
+server:
+  description:
+    - With O(serve), the server of O(dest) for fleet peers, as M(ttfleet.inference.weights_server) returns it. The
+      URL holds the server's path token, a secret while the server runs; register it without printing it.
+  returned: when O(serve) is set and not in check mode
+  type: dict
+  contains:
+    url:
+      description: Base URL of the served files (ends in C(/)), for O(peer_url) on the pulling hosts.
+      type: str
+    port:
+      description: The port listened on.
+      type: int
+    address:
+      description: The address listened on.
+      type: str
+    files:
+      description: Number of files served.
+      type: int
+    pid:
+      description: Process id of the server.
+      type: int
 left_alone:
   description:
     - Links and special files in O(dest) that the ownership layout left alone (also given as warnings).
@@ -389,6 +448,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ttfleet.inference.plugins.module_utils._base.module import fail_on
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.proxy import PROXY_OPTIONS, apply_proxy_env
 from ansible_collections.ttfleet.inference.plugins.module_utils._net.redact import mask_url_credentials
+from ansible_collections.ttfleet.inference.plugins.module_utils._peer.daemon import ensure_server, server_facts
 from ansible_collections.ttfleet.inference.plugins.module_utils._weights.names import (
     WeightsError,
     scrub,
@@ -416,6 +476,16 @@ def main() -> None:
             peer_url=dict(type="str"),
             peer_fallback_urls=dict(type="list", elements="str", default=[]),
             expected_manifest_sha256=dict(type="str"),
+            serve=dict(
+                type="dict",
+                options=dict(
+                    name=dict(type="str", required=True),
+                    bind=dict(type="str"),
+                    port=dict(type="int", default=0),
+                    ttl=dict(type="int", default=3600),
+                    run_dir=dict(type="path", default="/run/ttfleet-weights"),
+                ),
+            ),
             **WEIGHTS_SOURCE_OPTIONS,
         ),
         required_if=[
@@ -441,6 +511,24 @@ def main() -> None:
         if params["workers"] is not None and params["workers"] < 1:
             raise WeightsError(f"workers must be at least 1, got {params['workers']}")
         result = sync_weights(params, check_mode=module.check_mode)
+        serve = params["serve"]
+        if serve and module.check_mode and not result["plan"]["complete"]:
+            # Check mode fetches nothing: a server would start once the files are there.
+            result["changed"] = True
+        elif serve:
+            # The files are complete and verified (sync_weights raised otherwise): they are served as they are now.
+            changed, state = ensure_server(
+                result["dest"],
+                serve["name"],
+                bind=serve["bind"],
+                port=serve["port"],
+                ttl=serve["ttl"],
+                run_dir=serve["run_dir"],
+                check_mode=module.check_mode,
+            )
+            result["changed"] = result["changed"] or changed
+            if state is not None and not module.check_mode:
+                result["server"] = server_facts(state)
         if params["source"] == "peer" and not params["expected_manifest_sha256"]:
             module.warn(
                 f"the peer pull of {params['repo_id']}@{params['revision']} trusted the holder's own manifest; pass "

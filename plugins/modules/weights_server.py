@@ -37,16 +37,18 @@ description:
     accepting fails for want of descriptors or memory, the server pauses accepting (up to a second) instead of
     retrying at once.
   - With O(state=stopped), returns the bytes the server sent (RV(served_bytes)).
-  - "The fleet rule (role C(ttfleet.inference.model_cache)): every transfer between peers goes through this module.
+  - "The fleet rule (role C(ttfleet.inference.model_cache)): every transfer between peers goes through this server.
     The weights of a model go in doubling rounds within a C(model_cache_site): the hosts that hold a verified copy
-    serve it (one server per holder and model, bound to C(model_cache_peer_address)) in each round where a pull
-    names them as its holder or as one of up to three alternates, and each host that finished a round serves from
-    the next round on, so N hosts are served in about log2(N) rounds while the origin is read once. Kernel-cache
-    archives go in the same rounds among the hosts of one C(model_cache_site) that name the same
-    C(model_cache_kernel_peer): the peer serves its spool (bound to C(model_cache_kernel_peer_address)) from the
-    first round, and each host that deployed a cache keeps the verified archive in its own spool and serves it
-    from the next round (one server per holder, kind V(kernels), bound to C(model_cache_peer_address)). Every
-    server lives until the last round, at most C(model_cache_peer_ttl) seconds."
+    serve it (one server per holder and model, bound to C(model_cache_peer_address)) from the round they hold it to
+    the last round, for the pulls that name them as their holder or as one of up to three alternates; each host that
+    finished a round serves from the next round on, its server started by the same module run as its pull
+    (M(ttfleet.inference.model_weights) O(ttfleet.inference.model_weights#module:serve)), so N hosts are served
+    in about log2(N) rounds while the origin is read once. Kernel-cache archives go in the same rounds among the
+    hosts of one C(model_cache_site) that name the same C(model_cache_kernel_peer): the peer serves its spool
+    (bound to C(model_cache_kernel_peer_address)) from the first round, and each host that deployed a cache keeps
+    the verified archive in its own spool and serves it from the next round (one server per holder, kind
+    V(kernels), bound to C(model_cache_peer_address)). Every server lives until the last round, at most
+    C(model_cache_peer_ttl) seconds."
 extends_documentation_fragment:
   - ttfleet.inference.attributes
 attributes:
@@ -179,26 +181,22 @@ served_bytes:
   type: int
 """
 
-import time
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._base.module import fail_on
-from ansible_collections.ttfleet.inference.plugins.module_utils._peer.catalog import KINDS, Catalog
-from ansible_collections.ttfleet.inference.plugins.module_utils._peer.daemon import start_server, stop_server
-from ansible_collections.ttfleet.inference.plugins.module_utils._peer.state import alive, default_address, read_state
+from ansible_collections.ttfleet.inference.plugins.module_utils._peer.catalog import KINDS
+from ansible_collections.ttfleet.inference.plugins.module_utils._peer.daemon import (
+    ensure_server,
+    server_facts,
+    stop_server,
+)
+from ansible_collections.ttfleet.inference.plugins.module_utils._peer.state import alive, read_state
 
 
 def _exit_running(module: AnsibleModule, state: dict[str, Any], changed: bool) -> None:
-    module.exit_json(
-        changed=changed,
-        url=state["url"],
-        port=state["port"],
-        pid=state["pid"],
-        files=state["files"],
-        address=module.params["bind"],
-    )
+    module.exit_json(changed=changed, **server_facts(state))
 
 
 def main() -> None:
@@ -225,35 +223,20 @@ def main() -> None:
                 module.exit_json(changed=running, served_bytes=0)
             was_running, served = stop_server(params["run_dir"], params["name"])
             module.exit_json(changed=was_running, served_bytes=served)
-        if not 0 <= params["port"] <= 65535 or params["ttl"] < 1:
-            module.fail_json(msg=f"port must be 0-65535 and ttl at least 1 (got {params['port']}, {params['ttl']})")
-        if not params["bind"]:
-            params["bind"] = default_address()
-        pinned = Catalog(params["path"], params["kind"])
-        try:
-            # A server about to expire is not kept: the pull that follows could outlive it. (current is not None
-            # when running is true: alive(None) is False, which mypy cannot follow.)
-            fresh = running and current.get("expires", 0) - time.time() >= params["ttl"] / 2  # type: ignore[union-attr]
-            if fresh and (current.get("catalog"), current.get("bind")) == (pinned.digest, params["bind"]):  # type: ignore[union-attr]
-                _exit_running(module, current, changed=False)  # type: ignore[arg-type]
-            if module.check_mode:
-                module.exit_json(changed=True)
-            if running:
-                stop_server(params["run_dir"], params["name"])
-        except BaseException:
-            pinned.close()
-            raise
-        state = start_server(
+        changed, state = ensure_server(
             params["path"],
-            params["bind"],
-            params["port"],
-            params["ttl"],
-            params["run_dir"],
             params["name"],
-            params["kind"],
-            pinned=pinned,
+            bind=params["bind"],
+            port=params["port"],
+            ttl=params["ttl"],
+            run_dir=params["run_dir"],
+            kind=params["kind"],
+            check_mode=module.check_mode,
         )
-    _exit_running(module, state, changed=True)
+        if state is None:
+            module.exit_json(changed=True)
+        else:
+            _exit_running(module, state, changed=changed)
 
 
 if __name__ == "__main__":

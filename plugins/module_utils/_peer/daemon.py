@@ -32,7 +32,9 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._peer.state impo
     STATE_MODE,
     Counter,
     alive,
+    default_address,
     open_run_dir,
+    read_state,
     read_state_at,
     starttime,
     state_file,
@@ -145,6 +147,55 @@ def start_server(
         if run_fd is not None:
             os.close(run_fd)
         cat.close()
+
+
+def ensure_server(
+    path: str,
+    name: str,
+    bind: str | None = None,
+    port: int = 0,
+    ttl: int = 3600,
+    run_dir: str = RUN_DIR,
+    kind: str = "weights",
+    check_mode: bool = False,
+) -> tuple[bool, JSON | None]:
+    """A server of ``path`` recorded under ``name``: the one running is kept when it serves the same files (paths,
+    inodes and sizes), kind and ``bind`` with at least half of ``ttl`` left, else a new one is started (the old one
+    stopped). ``bind`` None: the default-route address. Returns ``(changed, state)``, with ``state`` None in check
+    mode when a server would start. What weights_server state=started and model_weights serve do."""
+    if not 0 <= port <= 65535 or ttl < 1:
+        raise PeerError(f"port must be 0-65535 and ttl at least 1 (got {port}, {ttl})")
+    bind = bind or default_address()
+    current = read_state(run_dir, name)
+    running = alive(current)
+    pinned = Catalog(path, kind)
+    try:
+        # A server about to expire is not kept: the pull that follows could outlive it. (current is not None
+        # when running is true: alive(None) is False, which mypy cannot follow.)
+        fresh = running and current.get("expires", 0) - time.time() >= ttl / 2  # type: ignore[union-attr]
+        if fresh and (current.get("catalog"), current.get("bind")) == (pinned.digest, bind):  # type: ignore[union-attr]
+            pinned.close()
+            return False, dict(current, bind=bind)  # type: ignore[arg-type]
+        if check_mode:
+            pinned.close()
+            return True, None
+        if running:
+            stop_server(run_dir, name)
+    except BaseException:
+        pinned.close()
+        raise
+    return True, start_server(path, bind, port, ttl, run_dir, name, kind, pinned=pinned)
+
+
+def server_facts(state: JSON) -> JSON:
+    """What a module returns of a running server (its state without the token and the catalog)."""
+    return {
+        "url": state["url"],
+        "port": state["port"],
+        "pid": state["pid"],
+        "files": state["files"],
+        "address": state["bind"],
+    }
 
 
 def _serve_until(  # pragma: no cover - daemon side

@@ -31,7 +31,12 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.keys im
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._kernels.path_store import PathStore
 from ansible_collections.ttfleet.inference.plugins.module_utils._peer.catalog import Catalog
-from ansible_collections.ttfleet.inference.plugins.module_utils._peer.daemon import start_server, stop_server
+from ansible_collections.ttfleet.inference.plugins.module_utils._peer.daemon import (
+    ensure_server,
+    server_facts,
+    start_server,
+    stop_server,
+)
 from ansible_collections.ttfleet.inference.plugins.module_utils._peer.errors import PeerError
 from ansible_collections.ttfleet.inference.plugins.module_utils._volumes.contents import MANIFEST_NAME
 
@@ -264,3 +269,36 @@ def test_kernels_kind_needs_a_complete_entry_and_pins_what_it_found(tmp_path):
     with Catalog(str(spool), "kernels") as second:
         # A re-packed archive is another inode: a running server for the spool is restarted, not kept.
         assert second.digest != digest and len(second.files) == 3
+
+
+def test_ensure_server_keeps_a_fresh_server_and_restarts_one_for_changed_files(tmp_path):
+    """What weights_server state=started and model_weights serve share: the same files keep the running server (same
+    URL, no change), check mode starts nothing, changed files get a new server with a new token."""
+    root = _weights_dir(tmp_path / "w", {"a.safetensors": b"A" * 1000})
+    run_dir = str(tmp_path / "run")
+    changed, first = ensure_server(str(root), "m", bind="127.0.0.1", ttl=60, run_dir=run_dir)
+    try:
+        assert changed and first is not None
+        assert _get(first["url"] + "a.safetensors") == (200, b"A" * 1000)
+        assert server_facts(first) == {
+            "url": first["url"],
+            "port": first["port"],
+            "pid": first["pid"],
+            "files": 2,  # the file and the manifest
+            "address": "127.0.0.1",
+        }
+        again, kept = ensure_server(str(root), "m", bind="127.0.0.1", ttl=60, run_dir=run_dir)
+        assert not again and kept is not None and kept["url"] == first["url"]
+        (root / "a.safetensors").write_bytes(b"B" * 2000)  # another size: other files for the catalog
+        would, none = ensure_server(str(root), "m", bind="127.0.0.1", ttl=60, run_dir=run_dir, check_mode=True)
+        assert would and none is None
+        assert _get(first["url"] + "a.safetensors")[0] == 403  # still the old server: check mode stopped nothing
+        changed, second = ensure_server(str(root), "m", bind="127.0.0.1", ttl=60, run_dir=run_dir)
+        assert changed and second is not None and second["url"] != first["url"]
+        assert _get(second["url"] + "a.safetensors") == (200, b"B" * 2000)
+        with pytest.raises(urllib.error.URLError):
+            urllib.request.urlopen(first["url"] + "a.safetensors", timeout=5)
+    finally:
+        stop_server(run_dir, "m")
+    with pytest.raises(PeerError, match="ttl at least 1"):
+        ensure_server(str(root), "m", bind="127.0.0.1", ttl=0, run_dir=run_dir)
