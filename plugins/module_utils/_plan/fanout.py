@@ -16,6 +16,9 @@ The rule, per site and per (repository, revision):
   in turn when its peer fails, resuming where the last one stopped; the origin comes only after all of them.
 * Holders serve only in the rounds where some pull names them (``serve_rounds``); a holder serves its own pulls
   (``serve``) and stands by for the alternates of others.
+* The first pull of each round (per site and model) shows its progress (``progress``): the pulls of a round move the
+  same files at about the same rate, so one line per round tells the operator as much as one per puller, and the
+  others run as plain tasks (no job to launch and poll on each of them).
 * A model without a pinned revision (a path source, a floating branch) or a host with peers turned off fetches
   from the origin on its own (``origin``).
 """
@@ -47,7 +50,15 @@ def model_key(entry: Entry) -> ModelKey | None:
 
 
 def _slot(role: str | None) -> Slot:
-    return {"role": role, "round": 0, "peer": None, "alternates": [], "serve": [], "serve_rounds": []}
+    return {
+        "role": role,
+        "round": 0,
+        "peer": None,
+        "alternates": [],
+        "serve": [],
+        "serve_rounds": [],
+        "progress": False,
+    }
 
 
 def fanout(work_by_host: Mapping[str, Iterable[Entry] | None], play_hosts: Iterable[str]) -> dict[str, dict[str, Slot]]:
@@ -57,7 +68,8 @@ def fanout(work_by_host: Mapping[str, Iterable[Entry] | None], play_hosts: Itera
     ``site``, ``complete`` (bool) and ``shareable`` (pinned revision and peers allowed). ``play_hosts`` gives the
     order. Returns ``{host: {model: slot}}``; a slot has ``role`` (done, seed, pull, origin), ``round`` (of a pull,
     from 1; 0 otherwise), ``peer`` (the holder of a pull), ``alternates`` (holders to ask next), ``serve`` (a
-    holder's own pulls, ``[round, host]`` pairs) and ``serve_rounds`` (the rounds in which it serves).
+    holder's own pulls, ``[round, host]`` pairs), ``serve_rounds`` (the rounds in which it serves) and ``progress``
+    (true on the first pull of its round, the one that shows the round's progress).
     """
     order = [host for host in play_hosts if host in work_by_host]
     result: dict[str, dict[str, Slot]] = {host: {} for host in order}
@@ -93,7 +105,7 @@ def _schedule(result: dict[str, dict[str, Slot]], members: list[tuple[str, str, 
             peer = holders[index]
             others = holders[index + 1 :] + holders[:index]
             slot = result[host][model_of[host]]
-            slot.update(role="pull", round=round_no, peer=peer, alternates=others[:MAX_ALTERNATES])
+            slot.update(role="pull", round=round_no, peer=peer, alternates=others[:MAX_ALTERNATES], progress=index == 0)
             result[peer][model_of[peer]]["serve"].append([round_no, host])
             for holder in [peer, *slot["alternates"]]:
                 rounds = result[holder][model_of[holder]]["serve_rounds"]

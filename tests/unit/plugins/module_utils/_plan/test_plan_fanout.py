@@ -112,6 +112,8 @@ def test_eight_hosts_exact_schedule():
     assert result["h0"]["M"]["serve_rounds"] == [1, 2, 3]
     assert result["h3"]["M"]["serve_rounds"] == [3]
     assert weights_fanout_rounds(result) == 3
+    # One pull of each round shows the round's progress, the first; the others and the seed run plainly.
+    assert [h for h in hosts if result[h]["M"]["progress"]] == ["h1", "h2", "h4"]
 
 
 def test_holders_share_the_pulls_and_origin_untouched():
