@@ -2,7 +2,8 @@
 
 A result contacted the host unless its task was skipped, ran a controller-only action (assert, debug, set_fact, meta,
 include/import, ...) or was delegated to localhost. Written as JSON to $TTFLEET_CONTACT_FILE when the play ends;
-with $TTFLEET_CONTACT_TASKS set, each host also lists the names of its tasks with host contact ("tasks").
+with $TTFLEET_CONTACT_TASKS set, each host also lists the names of its tasks with host contact ("tasks"), its
+controller-only ones ("controller_tasks") and its skipped ones ("skipped_tasks").
 """
 
 from __future__ import annotations
@@ -39,14 +40,16 @@ class CallbackModule(CallbackBase):
         host = self.counts.setdefault(result._host.get_name(), {"contact": 0, "controller": 0, "skipped": 0})
         if key == "skipped":
             host["skipped"] += 1
+            if os.environ.get("TTFLEET_CONTACT_TASKS"):
+                host.setdefault("skipped_tasks", []).append(result._task.get_name())
             return
         task = result._task
         action = task.action.rsplit(".", 1)[-1]
         delegated = task.delegate_to in ("localhost", "127.0.0.1")
         kind = "controller" if action in CONTROLLER_ONLY or delegated else "contact"
         host[kind] += 1
-        if kind == "contact" and os.environ.get("TTFLEET_CONTACT_TASKS"):
-            host.setdefault("tasks", []).append(task.get_name())
+        if os.environ.get("TTFLEET_CONTACT_TASKS"):
+            host.setdefault("tasks" if kind == "contact" else "controller_tasks", []).append(task.get_name())
 
     def v2_runner_on_ok(self, result):
         self._count(result, "ok")
