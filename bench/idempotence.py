@@ -136,13 +136,14 @@ def main():
         site_times.append(seconds)
         changed.append(sum(item["changed"] for item in recap.values()))
         tasks = max(tasks, *(item["ok"] + item["changed"] + item["skipped"] for item in recap.values()))
-    baselines = {}
+    baselines, baseline_cpu = {}, {}
     for label, module in (("ping", "ansible.builtin.ping:"), ("noop", "ansible.builtin.meta: noop")):
         with tempfile.NamedTemporaryFile("w", suffix=".yml", dir=os.path.join(ROOT, "bench"), delete=False) as handle:
             handle.write(baseline_playbook(tasks, args.hosts, module))
             path = handle.name
         try:
             baselines[label] = statistics.median(run(args.inventory, path)[0] for _run in range(args.runs))
+            baseline_cpu[label] = statistics.median(cost["cpu_s"] for cost in COSTS[-args.runs:])
         finally:
             os.unlink(path)
     base_times = [baselines["ping"]]
@@ -162,12 +163,18 @@ def main():
         # Controller CPU seconds of one re-run divided by the hosts, and per host the results with host contact.
         "controller_cpu_s_per_host": round(statistics.median(c["cpu_s"] for c in site_costs) / max(len(recap), 1), 2),
         "contact_per_host": site_costs[-1]["contact"],
+        # The same for the ping baseline (as many pings per host as the re-run has tasks), in the same run.
+        "ping_cpu_s_per_host": round(baseline_cpu["ping"] / max(len(recap), 1), 2),
+        "cpu_ratio_to_ping": round(
+            statistics.median(c["cpu_s"] for c in site_costs) / max(baseline_cpu["ping"], 1e-9), 2
+        ),
     }
     print(f"hosts {result['hosts']}, {tasks} tasks on the busiest host, median of {args.runs} runs")
     print(f"re-run of {args.playbook}: {result['rerun_s']} s   changed: {changed}")
     print(f"baseline ({tasks} x ping, one module round trip each): {result['baseline_s']} s   ratio: {result['ratio']}")
     print(f"floor ({tasks} x meta noop, no host contact): {result['noop_s']} s")
-    print(f"controller CPU per host per re-run: {result['controller_cpu_s_per_host']} s ({result['strategy']})")
+    print(f"controller CPU per host per re-run: {result['controller_cpu_s_per_host']} s ({result['strategy']}); "
+          f"{tasks} x ping: {result['ping_cpu_s_per_host']} s per host, ratio {result['cpu_ratio_to_ping']}")
     for host, counts in sorted(result["contact_per_host"].items()):
         print(f"  {host}: {counts['contact']} results with host contact, {counts['controller']} controller-only, "
               f"{counts['skipped']} skipped")
