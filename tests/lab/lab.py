@@ -204,13 +204,18 @@ echo {device} > /etc/ttfleet-lab/device
 """
 
 
-def wait_for_systemd(name):
-    for _attempt in range(60):
-        proc = docker("exec", name, "systemctl", "is-system-running", "--wait", check=False)
+def wait_for_systemd(name, limit=120):
+    """Wait for the host's systemd to finish booting, at most ``limit`` seconds in all. Each `is-system-running --wait`
+    is bounded too: it blocks for as long as a job hangs (a host past the machine's inotify limit never finished)."""
+    deadline = time.monotonic() + limit
+    while (left := deadline - time.monotonic()) > 0:
+        proc = docker("exec", name, "timeout", str(max(1, int(left))), "systemctl", "is-system-running", "--wait",
+                      check=False)
         if proc.stdout.strip() in ("running", "degraded"):
             return
         time.sleep(1)
-    raise SystemExit(f"{name}: systemd did not come up within 60 s")
+    raise SystemExit(f"{name}: systemd did not come up within {limit} s (a machine with many systemd containers may "
+                     "need a higher fs.inotify.max_user_instances: sysctl -w fs.inotify.max_user_instances=1024)")
 
 
 def lab_containers():
