@@ -167,8 +167,9 @@ def run(count, work, endpoint, revision):
 def fit(results):
     """Least squares of round time = a + b x pullers over every round of every N."""
     points = [(p, s) for r in results for p, s in zip(r["pullers"], r["round_s"], strict=True)]
-    mx, my = statistics.mean(p for p, _ in points), statistics.mean(s for _, s in points)
-    sxx = sum((p - mx) ** 2 for p, _ in points)
+    pullers, seconds = [p for p, s in points], [s for p, s in points]
+    mx, my = statistics.mean(pullers), statistics.mean(seconds)
+    sxx = sum((p - mx) ** 2 for p in pullers)
     b = sum((p - mx) * (s - my) for p, s in points) / sxx if sxx else 0.0
     return {"a_s": round(my - b * mx, 3), "b_s": round(b, 3), "points": len(points)}
 
