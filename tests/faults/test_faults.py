@@ -79,6 +79,27 @@ def host_sha256(host, directory):
     return sums
 
 
+# The send buffers of a shaped holder: small enough that a kill -9 of its servers cuts a transfer. With the kernel's
+# default (autotuned up to 4 MiB), the rest of a lab-sized file may already sit in the socket when the server dies, and
+# the kernel delivers it after the kill: the pull then ends without a failure to hand over (it did so once in CI).
+SHAPED_WMEM = "4096 16384 65536"
+
+
+def shape_link(host, wmem=SHAPED_WMEM):
+    """Slow ``host``'s link to 2 Mbit/s and cap its TCP send buffers (``net.ipv4.tcp_wmem`` of its network namespace,
+    set from the lab machine: a container's /proc/sys is read-only). ``wmem=None`` restores both."""
+    restore = wmem is None
+    if restore:
+        host_sh(host, "tc qdisc del dev eth0 root", check=False)
+        with open("/proc/sys/net/ipv4/tcp_wmem", encoding="ascii") as handle:
+            wmem = handle.read().strip()
+    else:
+        host_sh(host, "tc qdisc replace dev eth0 root tbf rate 2mbit burst 32kbit latency 400ms")
+    pid = sh("docker", "inspect", "-f", "{{.State.Pid}}", host, check=not restore).stdout.strip()
+    if pid not in ("", "0"):
+        sh("nsenter", "-t", pid, "-n", "sh", "-c", f"echo '{wmem}' > /proc/sys/net/ipv4/tcp_wmem", check=not restore)
+
+
 def wait_for_part(host, directory, min_bytes=100_000, timeout=120, pattern="*"):
     """Wait for a partly downloaded file (``<pattern>.ttfleet-part``) of at least ``min_bytes`` in ``directory``."""
     deadline = time.monotonic() + timeout
@@ -355,7 +376,7 @@ def test_holder_killed_mid_round(lab, case):
         assert any(f"peer:{seed}," in line and f"; round 2 of the fan-out, then from {first}, the origin last" in line
                    for line in plan_lines), plan_lines  # fmt: skip
         assert any(f"; serves {first}, {second} in rounds 1, 2" in line for line in plan_lines), plan_lines
-        host_sh(seed, "tc qdisc replace dev eth0 root tbf rate 2mbit burst 32kbit latency 400ms")
+        shape_link(seed)
         proc = start_playbook("fanout-holder-killed", MODEL_CACHE, extra_vars, limit=hosts)
         try:
             part_bytes, part = wait_for_part(second, weights, timeout=300)
@@ -397,7 +418,7 @@ def test_holder_killed_mid_round(lab, case):
         assert len(handed) == 1 and handed[0][1] == "1", f"no hand-over to another holder in the output: {handed}"
         assert read == total, f"the origin sent {read} B for a {total} B model"
     finally:
-        host_sh(seed, "tc qdisc del dev eth0 root", check=False)
+        shape_link(seed, wmem=None)
         host_sh(HOST, f"rm -rf {root}", check=False)
         lab.remove_hosts(extra)
 
@@ -456,7 +477,7 @@ def test_kernel_holder_killed_mid_archive(lab, case):
             model_cache_kernel_required=True,
         )
         hosts = ",".join([peer, first, second])
-        host_sh(peer, "tc qdisc replace dev eth0 root tbf rate 2mbit burst 32kbit latency 400ms")
+        shape_link(peer)
         proc = start_playbook("kfan-holder-killed", MODEL_CACHE, extra_vars, limit=hosts)
         try:
             part = wait_for_kept_part(second, timeout=300)
@@ -495,7 +516,7 @@ def test_kernel_holder_killed_mid_archive(lab, case):
         assert 0 < int(resumed[0][2]) < int(resumed[0][3]), resumed
         assert kept_ok == 0 and set(leftovers.values()) == {"0"}, (kept_ok, leftovers)
     finally:
-        host_sh(peer, "tc qdisc del dev eth0 root", check=False)
+        shape_link(peer, wmem=None)
         host_sh(HOST, f"rm -rf {root} {KERNEL_SPOOL}", check=False)
         lab.remove_hosts(extra)
 
