@@ -12,20 +12,17 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._plan.metrics import (
-    MetricsError,
-    file_sd,
-    host_settings,
-    host_targets,
-)
+from ansible_collections.ttfleet.inference.plugins.plugin_utils.lazy import module_utils
+
+_metrics = module_utils("_plan.metrics")
 
 
 def metrics_host_targets(
     report: Any, host: Any, address: Any, site: Any = "", device: Any = "", node_port: Any = 9100
 ) -> dict[str, Any]:
     try:
-        return host_targets(report, str(host), address, site, device, node_port)
-    except MetricsError as exc:
+        return _metrics.host_targets(report, str(host), address, site, device, node_port)
+    except _metrics.MetricsError as exc:
         raise AnsibleFilterError(f"metrics_host_targets: {exc}") from exc
 
 
@@ -34,7 +31,9 @@ def metrics_file_sd(
 ) -> dict[str, Any]:
     if not isinstance(targets, list):
         raise AnsibleFilterError("metrics_file_sd: the input must be the list of the hosts' metrics_host_targets.")
-    return file_sd(targets, existing if isinstance(existing, dict) else None, list(play_hosts), list(inventory_hosts))
+    return _metrics.file_sd(
+        targets, existing if isinstance(existing, dict) else None, list(play_hosts), list(inventory_hosts)
+    )
 
 
 def metrics_host_settings(
@@ -49,8 +48,10 @@ def metrics_host_settings(
     if isinstance(volume_roots, str) or not isinstance(volume_roots, (list, tuple)):
         raise AnsibleFilterError("metrics_host_settings: volume_roots must be a list of paths.")
     try:
-        return host_settings(textfile_dir, volume_roots, device, facts, margin_gb, prune_report, cache_scan_seconds)
-    except MetricsError as exc:
+        return _metrics.host_settings(
+            textfile_dir, volume_roots, device, facts, margin_gb, prune_report, cache_scan_seconds
+        )
+    except _metrics.MetricsError as exc:
         raise AnsibleFilterError(f"metrics_host_settings: {exc}") from exc
 
 

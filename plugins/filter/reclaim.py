@@ -14,13 +14,10 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._base.errors import FleetError
-from ansible_collections.ttfleet.inference.plugins.module_utils._plan.prune_needs import (
-    host_needs,
-    kept_releases,
-    pressure_text,
-    report_line,
-)
+from ansible_collections.ttfleet.inference.plugins.plugin_utils.lazy import module_utils
+
+_errors = module_utils("_base.errors")
+_prune_needs = module_utils("_plan.prune_needs")
 
 
 def _mapping(name: str, value: Any, what: str) -> Mapping[str, Any]:
@@ -38,14 +35,16 @@ def _dicts(name: str, value: Any, what: str) -> list[Mapping[str, Any]]:
 def _call(name: str, function: Any, *args: Any) -> Any:
     try:
         return function(*args)
-    except FleetError as exc:
+    except _errors.FleetError as exc:
         raise AnsibleFilterError(f"{name}: {exc}") from None
     except (KeyError, TypeError, AttributeError) as exc:
         raise AnsibleFilterError(f"{name}: malformed input ({exc}).") from None
 
 
 def prune_releases(status: Any, release_root: Any) -> list[dict[str, Any]]:
-    return _call("prune_releases", kept_releases, _mapping("prune_releases", status, "the input"), release_root)
+    return _call(
+        "prune_releases", _prune_needs.kept_releases, _mapping("prune_releases", status, "the input"), release_root
+    )
 
 
 def prune_needs(plans: Any, models: Any, volume_names: Any = None, mirrors: Any = None) -> dict[str, Any]:
@@ -57,7 +56,7 @@ def prune_needs(plans: Any, models: Any, volume_names: Any = None, mirrors: Any 
         raise AnsibleFilterError("prune_needs: volume_names must be a list of names.")
     if mirrors is not None and not isinstance(mirrors, Mapping):
         raise AnsibleFilterError("prune_needs: mirrors must be tt_registry_mirrors, a dict.")
-    return _call("prune_needs", host_needs, plans, models, volume_names or [], mirrors or {})
+    return _call("prune_needs", _prune_needs.host_needs, plans, models, volume_names or [], mirrors or {})
 
 
 def prune_report(result: Any, host: Any, check_mode: Any = False) -> str:
@@ -65,7 +64,9 @@ def prune_report(result: Any, host: Any, check_mode: Any = False) -> str:
         check = boolean(check_mode, strict=True)
     except TypeError:
         raise AnsibleFilterError(f"prune_report: check_mode must be true or false, got {check_mode!r}.") from None
-    return _call("prune_report", report_line, str(host), _mapping("prune_report", result, "the input"), check)
+    return _call(
+        "prune_report", _prune_needs.report_line, str(host), _mapping("prune_report", result, "the input"), check
+    )
 
 
 def prune_pressure(result: Any, host: Any, inventory: Any = None) -> str:
@@ -74,7 +75,7 @@ def prune_pressure(result: Any, host: Any, inventory: Any = None) -> str:
     if inventory is not None and not isinstance(inventory, (str, Sequence)):
         raise AnsibleFilterError("prune_pressure: inventory must be ansible_inventory_sources, a list of paths.")
     sources = [inventory] if isinstance(inventory, str) else [str(source) for source in inventory or []]
-    return _call("prune_pressure", pressure_text, str(host), result, sources)
+    return _call("prune_pressure", _prune_needs.pressure_text, str(host), result, sources)
 
 
 class FilterModule:

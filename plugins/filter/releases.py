@@ -11,7 +11,9 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._plan.releases import ReleasesError, plan_links
+from ansible_collections.ttfleet.inference.plugins.plugin_utils.lazy import module_utils
+
+_releases = module_utils("_plan.releases")
 
 
 def release_links(found: Any, target: str, keep: Any, prune: Any = True, links: Any = None) -> dict[str, Any]:
@@ -24,8 +26,8 @@ def release_links(found: Any, target: str, keep: Any, prune: Any = True, links: 
     except TypeError:
         raise AnsibleFilterError(f"release_links: prune must be true or false, got {prune!r}.") from None
     try:
-        return plan_links(found, target, keep, prune, links)
-    except ReleasesError as exc:
+        return _releases.plan_links(found, target, keep, prune, links)
+    except _releases.ReleasesError as exc:
         raise AnsibleFilterError(f"release_links: {exc}") from None
     except (KeyError, TypeError) as exc:
         raise AnsibleFilterError(f"release_links: malformed find or stat results ({exc}).") from None

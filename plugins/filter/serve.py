@@ -14,27 +14,17 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._plan.serve import (
-    ServeError,
-    health_host,
-    image_fetch_list,
-    image_list,
-    image_records,
-    mirror_list,
-    plan_instances,
-    retired_instances,
-    run_argv,
-    unit_plan,
-    volumes_missing,
-)
+from ansible_collections.ttfleet.inference.plugins.plugin_utils.lazy import module_utils
+
+_serve = module_utils("_plan.serve")
 
 
 def serve_instances(models: Any, device: Any, base_port: Any = 8000) -> dict[str, Any]:
     if not isinstance(models, list):
         raise AnsibleFilterError("serve_instances: the input must be tt_models, a list of dicts.")
     try:
-        instances, problems = plan_instances(models, device, int(base_port))
-    except (ServeError, TypeError, ValueError) as exc:
+        instances, problems = _serve.plan_instances(models, device, int(base_port))
+    except (_serve.ServeError, TypeError, ValueError) as exc:
         raise AnsibleFilterError(f"serve_instances: {exc}") from exc
     return {"instances": instances, "problems": problems}
 
@@ -43,8 +33,8 @@ def serve_retired(state_files: Any, plan: Any) -> list[str]:
     state_files = _results("serve_retired", state_files, "the files of the find over the serve state directory")
     plan = _result("serve_retired", plan, "the serve plan (serve_instances)")
     try:
-        return retired_instances(state_files, plan.get("instances") or [])
-    except ServeError as exc:
+        return _serve.retired_instances(state_files, plan.get("instances") or [])
+    except _serve.ServeError as exc:
         raise AnsibleFilterError(f"serve_retired: {exc}") from exc
     except (KeyError, TypeError) as exc:
         raise AnsibleFilterError(f"serve_retired: malformed find results ({exc}).") from None
@@ -78,7 +68,7 @@ def _call(name: str, what: str, function: Any, *args: Any) -> Any:
 
 def serve_image_list(commands: Any) -> list[dict[str, Any]]:
     commands = _results("serve_image_list", commands, "the results of container_command")
-    return _call("serve_image_list", "container_command results", image_list, commands)
+    return _call("serve_image_list", "container_command results", _serve.image_list, commands)
 
 
 def serve_mirror_list(pulls_by_host: Any) -> list[dict[str, Any]]:
@@ -88,45 +78,45 @@ def serve_mirror_list(pulls_by_host: Any) -> list[dict[str, Any]]:
         raise AnsibleFilterError(
             "serve_mirror_list: the input must be the hosts' serve_registry_pulls, a list of lists."
         )
-    return _call("serve_mirror_list", "serve_registry_pulls", mirror_list, pulls_by_host)
+    return _call("serve_mirror_list", "serve_registry_pulls", _serve.mirror_list, pulls_by_host)
 
 
 def serve_image_fetch_list(images: Any, mirrored: Any = None) -> list[dict[str, Any]]:
     images = _results("serve_image_fetch_list", images, "the image list of serve_image_list")
     mirrored = _result("serve_image_fetch_list", mirrored, "the result of image_mirror")
-    return _call("serve_image_fetch_list", "image_mirror result", image_fetch_list, images, mirrored)
+    return _call("serve_image_fetch_list", "image_mirror result", _serve.image_fetch_list, images, mirrored)
 
 
 def serve_image_records(probe: Any, fetched: Any = None) -> dict[str, Any]:
     probe = _result("serve_image_records", probe, "the input")
     fetched = _result("serve_image_records", fetched, "the result of the fetch")
-    return _call("serve_image_records", "container_image result", image_records, probe, fetched)
+    return _call("serve_image_records", "container_image result", _serve.image_records, probe, fetched)
 
 
 def serve_run_argv(command: Any, record: Any = None, pin_digest: Any = True) -> list[str]:
     command = _result("serve_run_argv", command, "the input")
     record = _result("serve_run_argv", record, "the image record")
     pin = _bool("serve_run_argv", pin_digest, "pin_digest")
-    return _call("serve_run_argv", "container_command result", run_argv, command, record, pin)
+    return _call("serve_run_argv", "container_command result", _serve.run_argv, command, record, pin)
 
 
 def serve_volumes_missing(stats: Any, cache_plan: Any = None, check_mode: Any = False) -> list[str]:
     stats = _results("serve_volumes_missing", stats, "the results of the stat of the volumes")
     cache_plan = _result("serve_volumes_missing", cache_plan, "model_cache_plan")
     check = _bool("serve_volumes_missing", check_mode, "check_mode")
-    return _call("serve_volumes_missing", "results", volumes_missing, stats, cache_plan, check)
+    return _call("serve_volumes_missing", "results", _serve.volumes_missing, stats, cache_plan, check)
 
 
 def serve_unit_plan(causes: Any, check_mode: Any = False) -> dict[str, Any]:
     if not isinstance(causes, Mapping) or not all((r is None or isinstance(r, Mapping)) for r in causes.values()):
         raise AnsibleFilterError("serve_unit_plan: the input must map what was written to its registered result.")
-    return unit_plan(causes, _bool("serve_unit_plan", check_mode, "check_mode"))
+    return _serve.unit_plan(causes, _bool("serve_unit_plan", check_mode, "check_mode"))
 
 
 def serve_health_host(bind_host: Any) -> str:
     if bind_host is not None and not isinstance(bind_host, str):
         raise AnsibleFilterError(f"serve_health_host: the input must be serve_bind_host, got {bind_host!r}.")
-    return health_host(bind_host)
+    return _serve.health_host(bind_host)
 
 
 class FilterModule:

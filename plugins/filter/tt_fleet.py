@@ -7,13 +7,15 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._plan.fleet import model_conflicts
+from ansible_collections.ttfleet.inference.plugins.plugin_utils.lazy import module_utils
+
+_fleet = module_utils("_plan.fleet")
 
 
 def tt_model_conflicts(models: object) -> list[str]:
     if not isinstance(models, list) or not all(isinstance(m, dict) and "name" in m for m in models):
         raise AnsibleFilterError("tt_model_conflicts: the input must be tt_models, a list of dicts with a name each.")
-    return model_conflicts(models)
+    return _fleet.model_conflicts(models)
 
 
 class FilterModule:

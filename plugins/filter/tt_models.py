@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.packages import ProfileError, expand_entries
+from ansible_collections.ttfleet.inference.plugins.plugin_utils.lazy import module_utils
+
+_packages = module_utils("_ttis.packages")
 
 
 def tt_model_entries(
@@ -19,8 +21,8 @@ def tt_model_entries(
     if not isinstance(models, list):
         raise AnsibleFilterError("tt_model_entries: the input must be tt_models, a list of dicts.")
     try:
-        return expand_entries(models, device, packages or {}, profiles or {})
-    except (ProfileError, TypeError, ValueError) as exc:
+        return _packages.expand_entries(models, device, packages or {}, profiles or {})
+    except (_packages.ProfileError, TypeError, ValueError) as exc:
         raise AnsibleFilterError(f"tt_model_entries: {exc}") from exc
 
 

@@ -12,16 +12,13 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.devices import mesh_name
-from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.errors import SpecError
-from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.names import (
-    container_tt_cache_path,
-    named_volume,
-    tt_metal_cache_subdir,
-    volume_name,
-)
-from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.tags import is_legacy_interface
-from ansible_collections.ttfleet.inference.plugins.module_utils._ttis.validate import check_name
+from ansible_collections.ttfleet.inference.plugins.plugin_utils.lazy import module_utils
+
+_devices = module_utils("_ttis.devices")
+_errors = module_utils("_ttis.errors")
+_ttis_names = module_utils("_ttis.names")
+_tags = module_utils("_ttis.tags")
+_validate = module_utils("_ttis.validate")
 
 
 def _fields(filter_name: str, value: object, names: tuple[str, ...], given: tuple[object, ...]) -> list[object]:
@@ -42,8 +39,8 @@ def _fields(filter_name: str, value: object, names: tuple[str, ...], given: tupl
 
 def _names(filter_name: str, values: list[object], options: tuple[str, ...]) -> list[str]:
     try:
-        return [check_name(str(v), option) for v, option in zip(values, options, strict=True)]
-    except SpecError as exc:
+        return [_validate.check_name(str(v), option) for v, option in zip(values, options, strict=True)]
+    except _errors.SpecError as exc:
         raise AnsibleFilterError(f"{filter_name}: {exc}") from exc
 
 
@@ -51,22 +48,22 @@ def tt_volume_name(impl_id: object, model_name: object = None, version: object =
     """volume_id_<impl_id>-<model_name>-v<version>."""
     options = ("impl_id", "model_name", "version")
     values = _fields("tt_volume_name", impl_id, options, (model_name, version))
-    return volume_name(*_names("tt_volume_name", values, options))
+    return _ttis_names.volume_name(*_names("tt_volume_name", values, options))
 
 
 def tt_named_volume(impl_id: object, model_name: object = None) -> str:
     """volume_id_<impl_id>-<model_name>."""
     options = ("impl_id", "model_name")
     values = _fields("tt_named_volume", impl_id, options, (model_name,))
-    return named_volume(*_names("tt_named_volume", values, options))
+    return _ttis_names.named_volume(*_names("tt_named_volume", values, options))
 
 
 def tt_mesh(device: object) -> str:
     """Mesh directory name of a TTIS device."""
     (device,) = _names("tt_mesh", [device], ("device",))
     try:
-        return mesh_name(device)
-    except SpecError as exc:
+        return _devices.mesh_name(device)
+    except _errors.SpecError as exc:
         raise AnsibleFilterError(f"tt_mesh: {exc}") from exc
 
 
@@ -74,21 +71,21 @@ def tt_cache_subdir(model_name: object, mesh: object = None) -> str:
     """tt_metal_cache/cache_<model_name>/<mesh>, relative to the volume."""
     options = ("model_name", "mesh")
     values = _fields("tt_cache_subdir", model_name, options, (mesh,))
-    return tt_metal_cache_subdir(*_names("tt_cache_subdir", values, options))
+    return _ttis_names.tt_metal_cache_subdir(*_names("tt_cache_subdir", values, options))
 
 
 def tt_cache_path(model_name: object, mesh: object = None) -> str:
     """TT_CACHE_PATH inside the container."""
     options = ("model_name", "mesh")
     values = _fields("tt_cache_path", model_name, options, (mesh,))
-    return container_tt_cache_path(*_names("tt_cache_path", values, options))
+    return _ttis_names.container_tt_cache_path(*_names("tt_cache_path", values, options))
 
 
 def tt_legacy_interface(version: object, inference_engine: object = "vLLM") -> bool:
     """Whether a spec's image predates the v0.11.0 container interface."""
     if isinstance(version, Mapping):
-        return is_legacy_interface(version.get("inference_engine") or "vLLM", version.get("version"))
-    return is_legacy_interface(inference_engine, None if version is None else str(version))
+        return _tags.is_legacy_interface(version.get("inference_engine") or "vLLM", version.get("version"))
+    return _tags.is_legacy_interface(inference_engine, None if version is None else str(version))
 
 
 class FilterModule:

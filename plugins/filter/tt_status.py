@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._plan.status import status_lines, status_summary
+from ansible_collections.ttfleet.inference.plugins.plugin_utils.lazy import module_utils
+
+_status = module_utils("_plan.status")
 
 
 def _rows(rows: object, name: str) -> list[object]:
@@ -16,11 +18,11 @@ def _rows(rows: object, name: str) -> list[object]:
 
 
 def tt_status_lines(rows: object) -> list[str]:
-    return status_lines(_rows(rows, "tt_status_lines"))
+    return _status.status_lines(_rows(rows, "tt_status_lines"))
 
 
 def tt_status_summary(rows: object) -> dict[str, object]:
-    return status_summary(_rows(rows, "tt_status_summary"))
+    return _status.status_summary(_rows(rows, "tt_status_summary"))
 
 
 class FilterModule:

@@ -12,20 +12,16 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._plan.fanout import (
-    anchors,
-    fanout,
-    kernels_fanout,
-    rounds,
-    server_name,
-)
+from ansible_collections.ttfleet.inference.plugins.plugin_utils.lazy import module_utils
+
+_fanout = module_utils("_plan.fanout")
 
 
 def weights_fanout(work_by_host: object, play_hosts: list[str]) -> Mapping[str, Mapping[str, object]]:
     if not isinstance(work_by_host, Mapping):
         raise AnsibleFilterError("weights_fanout: the input must map host names to their lists of work entries.")
     try:
-        return fanout({host: list(entries or []) for host, entries in work_by_host.items()}, list(play_hosts))
+        return _fanout.fanout({host: list(entries or []) for host, entries in work_by_host.items()}, list(play_hosts))
     except (KeyError, TypeError, AttributeError) as exc:
         raise AnsibleFilterError(f"weights_fanout: malformed work entries ({exc}).") from None
 
@@ -34,7 +30,7 @@ def weights_fanout_rounds(plan: object) -> int:
     if not isinstance(plan, Mapping):
         raise AnsibleFilterError("weights_fanout_rounds: the input must be the result of weights_fanout.")
     try:
-        return rounds(plan)
+        return _fanout.rounds(plan)
     except (TypeError, ValueError, AttributeError) as exc:
         raise AnsibleFilterError(f"weights_fanout_rounds: malformed plan ({exc}).") from None
 
@@ -45,7 +41,7 @@ def weights_anchors(fetched_by_host: object) -> dict[str, str]:
             "weights_anchors: the input must map host names to the results of the origin task (model_weights)."
         )
     try:
-        return anchors({host: list(results or []) for host, results in fetched_by_host.items()})
+        return _fanout.anchors({host: list(results or []) for host, results in fetched_by_host.items()})
     except ValueError as exc:
         raise AnsibleFilterError(f"weights_anchors: {exc}") from None
     except (KeyError, TypeError, AttributeError) as exc:
@@ -55,7 +51,7 @@ def weights_anchors(fetched_by_host: object) -> dict[str, str]:
 def weights_server_name(model: object) -> str:
     if not isinstance(model, str) or not model:
         raise AnsibleFilterError(f"weights_server_name: the input must be a model name, got {model!r}.")
-    return server_name(model)
+    return _fanout.server_name(model)
 
 
 def kernel_fanout(wants: object, play_hosts: list[str]) -> dict[str, object]:
@@ -65,7 +61,7 @@ def kernel_fanout(wants: object, play_hosts: list[str]) -> dict[str, object]:
             "keys: [<kernel key>, ...]}."
         )
     try:
-        return kernels_fanout(wants, list(play_hosts))
+        return _fanout.kernels_fanout(wants, list(play_hosts))
     except (KeyError, TypeError, AttributeError) as exc:
         raise AnsibleFilterError(f"kernel_fanout: malformed input ({exc}).") from None
 
