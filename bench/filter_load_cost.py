@@ -63,7 +63,7 @@ def main():
     module_loader.find_plugin("ttfleet.inference.model_weights")
     names = [f"ttfleet.inference.{args.filter}", f"ttfleet.inference.{args.second}"]
     first, second, modules = [], [], set()
-    for _ in range(args.workers):
+    for _worker in range(args.workers):
         pipe_r, pipe_w = os.pipe()
         pid = os.fork()
         if pid == 0:
@@ -85,7 +85,10 @@ def main():
 
     def summary(values):
         ordered = sorted(values)
-        return {"median_ms": round(statistics.median(ordered), 2), "p90_ms": round(ordered[int(0.9 * (len(ordered) - 1))], 2)}
+        return {
+            "median_ms": round(statistics.median(ordered), 2),
+            "p90_ms": round(ordered[int(0.9 * (len(ordered) - 1))], 2),
+        }
 
     result = {
         **_results.stamp(),
