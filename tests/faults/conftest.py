@@ -46,6 +46,9 @@ PREFIX = "ft-"
 BIN = os.path.dirname(sys.executable)
 SPEC_FIXTURES = os.path.join(ROOT, "tests", "fixtures", "specs")
 HOST_SPEC = "/var/tmp/ttfleet-spec/release_model_spec.json.gz"
+# The TCP send buffers of every host of the suite (min, default, max): small enough that killing a server cuts its
+# transfers (tests/faults/test_faults.py, shape_link), and far above what an unshaped lab bridge needs.
+HOST_WMEM = "4096 16384 65536"
 MODEL_REPO = "meta-llama/Llama-3.2-1B-Instruct"
 GATED_REPO = "meta-llama/Llama-3.2-1B"
 ALL = os.environ.get("TTFLEET_FAULTS", "") == "all"
@@ -429,7 +432,7 @@ class Lab:
 
     def _start(self, name, device):
         log(f"starting {name} ({device})")
-        labmod.start_host(name, device, self.image)
+        labmod.start_host(name, device, self.image, sysctls=(f"net.ipv4.tcp_wmem={HOST_WMEM}",))
         labmod.provision(name, device)
         host_sh(name, f"mkdir -p {os.path.dirname(HOST_SPEC)}")
         sh("docker", "cp", os.path.join(SPEC_FIXTURES, "release_model_spec-v0.20.0.json.gz"), f"{name}:{HOST_SPEC}")

@@ -21,6 +21,7 @@ import pytest
 from conftest import (
     GATED_REPO,
     HOST_SPEC,
+    HOST_WMEM,
     LOGS,
     MODEL_REPO,
     OUT,
@@ -79,25 +80,17 @@ def host_sha256(host, directory):
     return sums
 
 
-# The send buffers of a shaped holder: small enough that a kill -9 of its servers cuts a transfer. With the kernel's
-# default (autotuned up to 4 MiB), the rest of a lab-sized file may already sit in the socket when the server dies, and
-# the kernel delivers it after the kill: the pull then ends without a failure to hand over (it did so once in CI).
-SHAPED_WMEM = "4096 16384 65536"
-
-
-def shape_link(host, wmem=SHAPED_WMEM):
-    """Slow ``host``'s link to 2 Mbit/s and cap its TCP send buffers (``net.ipv4.tcp_wmem`` of its network namespace,
-    set from the lab machine: a container's /proc/sys is read-only). ``wmem=None`` restores both."""
-    restore = wmem is None
-    if restore:
+def shape_link(host, shaped=True):
+    """Slow ``host``'s link to 2 Mbit/s (``shaped=False`` restores it). The fault suite's hosts start with small TCP
+    send buffers (conftest.HOST_WMEM), checked here: with the kernel's default (autotuned up to 4 MiB) the rest of a
+    lab-sized file may already sit in the socket when a holder's server is killed, and the kernel delivers it after
+    the kill, so the pull ends without a failure to hand over (it did so once in CI)."""
+    if not shaped:
         host_sh(host, "tc qdisc del dev eth0 root", check=False)
-        with open("/proc/sys/net/ipv4/tcp_wmem", encoding="ascii") as handle:
-            wmem = handle.read().strip()
-    else:
-        host_sh(host, "tc qdisc replace dev eth0 root tbf rate 2mbit burst 32kbit latency 400ms")
-    pid = sh("docker", "inspect", "-f", "{{.State.Pid}}", host, check=not restore).stdout.strip()
-    if pid not in ("", "0"):
-        sh("nsenter", "-t", pid, "-n", "sh", "-c", f"echo '{wmem}' > /proc/sys/net/ipv4/tcp_wmem", check=not restore)
+        return
+    wmem = host_sh(host, "cat /proc/sys/net/ipv4/tcp_wmem").stdout.split()
+    assert wmem == HOST_WMEM.split(), f"{host}'s send buffers are {wmem}, not {HOST_WMEM}: a kill would not cut"
+    host_sh(host, "tc qdisc replace dev eth0 root tbf rate 2mbit burst 32kbit latency 400ms")
 
 
 def wait_for_part(host, directory, min_bytes=100_000, timeout=120, pattern="*"):
@@ -418,7 +411,7 @@ def test_holder_killed_mid_round(lab, case):
         assert len(handed) == 1 and handed[0][1] == "1", f"no hand-over to another holder in the output: {handed}"
         assert read == total, f"the origin sent {read} B for a {total} B model"
     finally:
-        shape_link(seed, wmem=None)
+        shape_link(seed, shaped=False)
         host_sh(HOST, f"rm -rf {root}", check=False)
         lab.remove_hosts(extra)
 
@@ -516,7 +509,7 @@ def test_kernel_holder_killed_mid_archive(lab, case):
         assert 0 < int(resumed[0][2]) < int(resumed[0][3]), resumed
         assert kept_ok == 0 and set(leftovers.values()) == {"0"}, (kept_ok, leftovers)
     finally:
-        shape_link(peer, wmem=None)
+        shape_link(peer, shaped=False)
         host_sh(HOST, f"rm -rf {root} {KERNEL_SPOOL}", check=False)
         lab.remove_hosts(extra)
 

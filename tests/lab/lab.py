@@ -235,12 +235,15 @@ def host_docker_dir(name):
     return os.path.join(HOST_DOCKER_DIRS, name)
 
 
-def start_host(name, device, image):
+def start_host(name, device, image, sysctls=()):
+    """Start the systemd container of a lab host. ``sysctls``: ``("net.ipv4.tcp_wmem=4096 16384 65536", ...)``, the
+    namespaced settings of its network, given at creation (a running container's /proc/sys is read-only)."""
     shutil.rmtree(host_docker_dir(name), ignore_errors=True)
     os.makedirs(host_docker_dir(name))
     docker(
         "run", "-d", "--name", name, "--hostname", name, "--network", NETWORK,
         "--label", LABEL, "--label", f"ttfleet.lab.device={device}",
+        *[arg for setting in sysctls for arg in ("--sysctl", setting)],
         "--cap-add", "SYS_ADMIN", "--cap-add", "NET_ADMIN", "--security-opt", "seccomp=unconfined", "--cgroupns=host",
         "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", "-v", f"{host_docker_dir(name)}:/var/lib/docker",
         "--tmpfs", "/run", "--tmpfs", "/run/lock",
