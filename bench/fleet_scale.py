@@ -242,7 +242,8 @@ def cpu_of_masters(control_dir):
 
 
 def env_for(work, tag):
-    control = tempfile.mkdtemp(prefix=f"cp-{tag}-", dir=work)
+    # Short: a socket path (ControlPath %C, 40 characters, plus the 17 ssh adds while binding) must fit in 108 bytes.
+    control = tempfile.mkdtemp(prefix="cp", dir=work)
     contact = os.path.join(work, f"contact-{tag}.json")
     env = dict(
         os.environ,
