@@ -80,17 +80,38 @@ def host_sha256(host, directory):
     return sums
 
 
-def shape_link(host, shaped=True):
-    """Slow ``host``'s link to 2 Mbit/s (``shaped=False`` restores it). The fault suite's hosts start with small TCP
-    send buffers (conftest.HOST_WMEM), checked here: with the kernel's default (autotuned up to 4 MiB) the rest of a
-    lab-sized file may already sit in the socket when a holder's server is killed, and the kernel delivers it after
-    the kill, so the pull ends without a failure to hand over (it did so once in CI)."""
+def shape_link(host, shaped=True, to=None, rate="2mbit"):
+    """Slow ``host``'s outgoing link to ``rate`` (``shaped=False`` restores it): all of it, or with ``to`` (another
+    lab host) only what goes to that host, so that the earlier rounds of a fan-out stay fast. The fault suite's hosts
+    start with small TCP send buffers (conftest.HOST_WMEM), checked here: with the kernel's default (autotuned up to
+    4 MiB) the rest of a lab-sized file may already sit in the socket when a holder's server is killed, and the kernel
+    delivers it after the kill, so the pull ends without a failure to hand over."""
     if not shaped:
         host_sh(host, "tc qdisc del dev eth0 root", check=False)
         return
     wmem = host_sh(host, "cat /proc/sys/net/ipv4/tcp_wmem").stdout.split()
     assert wmem == HOST_WMEM.split(), f"{host}'s send buffers are {wmem}, not {HOST_WMEM}: a kill would not cut"
-    host_sh(host, "tc qdisc replace dev eth0 root tbf rate 2mbit burst 32kbit latency 400ms")
+    tbf = f"tbf rate {rate} burst 32kbit latency 400ms"
+    if to is None:
+        host_sh(host, f"tc qdisc replace dev eth0 root {tbf}")
+        return
+    # An htb qdisc whose class 1:20 (shaped) takes only the packets to ``to``; the rest goes out through 1:10, unshaped.
+    # (This machine's kernel has htb and tbf but not prio or netem.)
+    host_sh(
+        host,
+        "set -e; tc qdisc replace dev eth0 root handle 1: htb default 10; "
+        "tc class add dev eth0 parent 1: classid 1:10 htb rate 10gbit; "
+        f"tc class add dev eth0 parent 1: classid 1:20 htb rate {rate} ceil {rate}; "
+        f"tc filter add dev eth0 parent 1: protocol ip prio 1 u32 match ip dst {labmod.host_address(to)}/32 "
+        "flowid 1:20",
+    )
+
+
+def shaped_bytes(host):
+    """The bytes the shaped class of ``shape_link(host, to=...)`` has sent so far."""
+    out = host_sh(host, "tc -s class show dev eth0 classid 1:20", check=False).stdout
+    found = re.search(r"Sent (\d+) bytes", out)
+    return int(found.group(1)) if found else -1
 
 
 def wait_for_part(host, directory, min_bytes=100_000, timeout=120, pattern="*"):
@@ -369,18 +390,26 @@ def test_holder_killed_mid_round(lab, case):
         assert any(f"peer:{seed}," in line and f"; round 2 of the fan-out, then from {first}, the origin last" in line
                    for line in plan_lines), plan_lines  # fmt: skip
         assert any(f"; serves {first}, {second} in rounds 1, 2" in line for line in plan_lines), plan_lines
-        shape_link(seed)
+        # Round 1 (to the first puller) runs unshaped; what the seed sends to the second puller goes at 1 Mbit/s, so
+        # the round-2 pull takes about 25 s and the kill below cuts it with most of the model still to come.
+        shape_link(seed, to=second, rate="1mbit")
         proc = start_playbook("fanout-holder-killed", MODEL_CACHE, extra_vars, limit=hosts)
+        started = time.monotonic()
         try:
             part_bytes, part = wait_for_part(second, weights, timeout=300)
+            sent_before = shaped_bytes(seed)
             killed = host_sh(
                 seed,
                 "for f in /run/ttfleet-weights/*.json; do python3 -c 'import json, sys; "
                 'print(json.load(open(sys.argv[1]))["pid"])\' "$f"; done | xargs -r kill -9 && echo killed',
             ).stdout.strip()
-            log(f"killed the peer servers of {seed} with {part_bytes} B of {os.path.basename(part)} on {second}")
+            log(
+                f"killed the peer servers of {seed} with {part_bytes} B of {os.path.basename(part)} on {second}, "
+                f"{time.monotonic() - started:.1f} s after the start, {sent_before} B sent to {second} by then"
+            )
         finally:
             run = finish_playbook(proc, timeout=600)
+        sent_after = shaped_bytes(seed)
         sums = {
             host: host_sh(host, f"cd {weights}/{MODEL} && sha256sum -- {' '.join(sorted(files))}", check=False).stdout
             for host in (seed, first, second)
@@ -398,17 +427,22 @@ def test_holder_killed_mid_round(lab, case):
             "origin_bytes": read,
             "model_bytes": total,
             "handed_over": handed,
+            "shaped_bytes_at_kill": sent_before,
+            "shaped_bytes_at_end": sent_after,
         }
         case.observed = (
             f"seed {seed}'s servers killed ({killed}) with {part_bytes} B of "
             f"{os.path.basename(part).removesuffix('.ttfleet-part')} on {second}; rc {run.rc}; files verified "
             f"{good}; part files left {parts}; {second} finished from {handed}; origin bytes {read} for a {total} B "
-            "model"
+            f"model; the seed sent {second} {sent_before} B before the kill, {sent_after} B in all"
         )
         assert run.rc == 0, run.messages()
         assert all(count == len(files) for count in good.values()), good
         assert set(parts.values()) == {"0"}, parts
-        assert len(handed) == 1 and handed[0][1] == "1", f"no hand-over to another holder in the output: {handed}"
+        # The seed must not have sent the model to the second puller: the kill came while the pull ran.
+        assert 0 < sent_after < total, f"the seed sent {sent_after} B to {second} (of {total}); killed: {killed!r}"
+        pulls = [line for line in run.out.splitlines() if "came from" in line or "failed" in line]
+        assert len(handed) == 1 and handed[0][1] == "1", f"no hand-over to another holder in the output: {pulls}"
         assert read == total, f"the origin sent {read} B for a {total} B model"
     finally:
         shape_link(seed, shaped=False)
