@@ -30,9 +30,16 @@ def weights_fanout_rounds(plan: object) -> int:
     if not isinstance(plan, Mapping):
         raise AnsibleFilterError("weights_fanout_rounds: the input must be the result of weights_fanout.")
     try:
-        return _fanout.rounds(plan)
+        count = _fanout.rounds(plan)
     except (TypeError, ValueError, AttributeError) as exc:
         raise AnsibleFilterError(f"weights_fanout_rounds: malformed plan ({exc}).") from None
+    if count > _fanout.MAX_ROUNDS:
+        raise AnsibleFilterError(
+            f"weights_fanout_rounds: the fan-out needs {count} rounds and model_cache runs at most "
+            f"{_fanout.MAX_ROUNDS} (65,536 pulls per holder of a site and model): split the hosts into sites "
+            "(model_cache_site) or preseed the model on more of them."
+        )
+    return count
 
 
 def weights_anchors(fetched_by_host: object) -> dict[str, str]:

@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 
 # Holders a puller may fall back to before the origin. More holders dying in one round than this is a site outage.
 MAX_ALTERNATES = 3
+# The rounds the role runs (roles/model_cache/tasks/weights_rounds*.yml, one task each): 65,536 pulls per holder.
+MAX_ROUNDS = 16
 
 
 def model_key(entry: Entry) -> ModelKey | None:

@@ -17,6 +17,7 @@ from ansible_collections.ttfleet.inference.plugins.filter.weights import (
 )
 from ansible_collections.ttfleet.inference.plugins.module_utils._plan.fanout import (
     MAX_ALTERNATES,
+    MAX_ROUNDS,
     fanout,
     kernels_fanout,
     rounds,
@@ -192,6 +193,15 @@ def test_filter_errors():
         weights_fanout_rounds(["a"])
     with pytest.raises(AnsibleFilterError, match="malformed plan"):
         weights_fanout_rounds({"a": {"M": {"round": "x"}}})
+
+
+def test_filter_refuses_more_rounds_than_the_role_runs():
+    """model_cache runs MAX_ROUNDS rounds, each its own task: a plan of more is refused, naming the fix."""
+    assert weights_fanout_rounds({"a": {"M": {"round": MAX_ROUNDS}}}) == MAX_ROUNDS
+    with pytest.raises(
+        AnsibleFilterError, match=f"needs {MAX_ROUNDS + 1} rounds .* at most {MAX_ROUNDS}.*model_cache_site"
+    ):
+        weights_fanout_rounds({"a": {"M": {"round": MAX_ROUNDS + 1}}})
 
 
 KERNEL = {"model_name": "M", "mesh": "P300x2", "impl_id": "tt_transformers", "tt_metal_commit": "b204341"}
