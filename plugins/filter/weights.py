@@ -36,8 +36,8 @@ def weights_fanout_rounds(plan: object) -> int:
     if count > _fanout.MAX_ROUNDS:
         raise AnsibleFilterError(
             f"weights_fanout_rounds: the fan-out needs {count} rounds and model_cache runs at most "
-            f"{_fanout.MAX_ROUNDS} (65,536 pulls per holder of a site and model): split the hosts into sites "
-            "(model_cache_site) or preseed the model on more of them."
+            f"{_fanout.MAX_ROUNDS} ({2**_fanout.MAX_ROUNDS:,} pulls per holder of a site and model): split the hosts "
+            "into sites (model_cache_site) or preseed the model on more of them."
         )
     return count
 
