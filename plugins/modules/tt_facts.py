@@ -52,6 +52,34 @@ options:
       - Unix socket of the Docker engine.
     type: path
     default: /var/run/docker.sock
+  packages:
+    description:
+      - Debian packages to report in RV(tt.installed.packages), read from dpkg's status file.
+    type: list
+    elements: str
+    default: []
+  services:
+    description:
+      - systemd units to report in RV(tt.installed.services) (C(systemctl show)).
+    type: list
+    elements: str
+    default: []
+  venv:
+    description:
+      - A virtual environment whose Python distributions O(distributions) are reported in
+        RV(tt.installed.distributions), read from their C(.dist-info) metadata; nothing in the venv runs.
+    type: path
+  distributions:
+    description:
+      - Python distributions to look for in O(venv).
+    type: list
+    elements: str
+    default: []
+  release_dir:
+    description:
+      - A path whose existence and link target are reported in RV(tt.installed.release_dir), such as the spec
+        directory of the current tt-inference-server release.
+    type: path
 notes:
   - How boards make a device follows tt-inference-server v0.20.0 (C(BOARD_TYPE_COUNT_TO_DEVICE)). tt-smi lists one entry
     per chip. Wormhole board types end in C(L) (local) or C(R) (remote); an n300 card shows as two chips (C(n300 L),
@@ -181,6 +209,31 @@ tt:
       description: The lowest of RV(tt.firmware_versions), V(null) when unknown.
       type: str
       sample: 19.6.0.0
+    installed:
+      description:
+        - What O(packages), O(services), O(venv) with O(distributions) and O(release_dir) asked for; only with one of
+          them. ttfleet.inference.tt_host skips its installation when it says nothing is missing.
+      returned: when one of O(packages), O(services), O(distributions), O(release_dir) is set
+      type: dict
+      contains:
+        packages:
+          description: Package name to installed version, V(null) when not installed.
+          type: dict
+          sample: {docker.io: 20.10.24+dfsg1-1+deb12u1, python3-venv: null}
+        services:
+          description: Unit to its C(active) (ActiveState) and C(enabled) (UnitFileState), V(null) when unknown.
+          type: dict
+          sample: {docker.service: {active: active, enabled: enabled}}
+        distributions:
+          description: Distribution name to the version installed in O(venv), V(null) when not installed.
+          type: dict
+          sample: {tt-smi: 3.0.39, tt-flash: null}
+        release_dir:
+          description: O(release_dir) with C(exists) (a dangling link counts) and C(link_target), the real path a link
+            resolves to.
+          type: dict
+          sample: {path: /opt/tt-inference-server/current, exists: true,
+                   link_target: /opt/tt-inference-server/releases/v0.20.0}
     kmd_version:
       description: Version of the tenstorrent kernel driver, V(null) when unknown.
       type: str
@@ -248,6 +301,12 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._host.facts import gather
+from ansible_collections.ttfleet.inference.plugins.module_utils._host.installed import (
+    dpkg_packages,
+    path_link,
+    unit_states,
+    venv_distributions,
+)
 
 
 def main() -> None:
@@ -258,7 +317,13 @@ def main() -> None:
             tt_smi_timeout=dict(type="int", default=30),
             declared_device=dict(type="str"),
             docker_socket=dict(type="path", default="/var/run/docker.sock"),
+            packages=dict(type="list", elements="str", default=[]),
+            services=dict(type="list", elements="str", default=[]),
+            venv=dict(type="path"),
+            distributions=dict(type="list", elements="str", default=[]),
+            release_dir=dict(type="path"),
         ),
+
         supports_check_mode=True,
     )
     params = module.params
@@ -274,6 +339,18 @@ def main() -> None:
         timeout=params["tt_smi_timeout"],
         path_env=os.environ.get("PATH", ""),
     )
+    if params["distributions"] and not params["venv"]:
+        module.fail_json(msg="distributions needs venv, the virtual environment to look for them in")
+    for name in ("venv", "release_dir"):
+        if params[name] is not None and not os.path.isabs(params[name]):
+            module.fail_json(msg=f"{name} must be an absolute path, got {params[name]!r}")
+    if params["packages"] or params["services"] or params["distributions"] or params["release_dir"]:
+        facts["installed"] = {
+            "packages": dpkg_packages(params["packages"]),
+            "services": unit_states(params["services"]),
+            "distributions": venv_distributions(params["venv"], params["distributions"]) if params["venv"] else {},
+            "release_dir": path_link(params["release_dir"]) if params["release_dir"] else None,
+        }
     module.exit_json(changed=False, tt=facts, ansible_facts={"tt": facts})
 
 

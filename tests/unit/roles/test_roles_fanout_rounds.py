@@ -29,12 +29,19 @@ def _walk(tasks):
             yield from _walk(task.get(key) or [])
 
 
+def _includes(name, needle):
+    return [t for t in _walk(_tasks(name)) if needle in str(t.get("ansible.builtin.include_tasks", ""))]
+
+
 def test_weights_includes_the_rounds_without_a_loop():
-    includes = [
-        t for t in _walk(_tasks("weights.yml")) if "weights_round" in str(t.get("ansible.builtin.include_tasks", ""))
-    ]
+    """weights.yml includes weights_peers.yml (serve, the rounds, stop) and that includes the rounds, neither looped:
+    every host includes the same file, so the linear strategy queues it once for all of them."""
+    peers = _includes("weights.yml", "weights_")
+    assert [t["ansible.builtin.include_tasks"]["file"] for t in peers] == ["weights_peers.yml"]
+    includes = _includes("weights_peers.yml", "weights_round")
     assert [t["ansible.builtin.include_tasks"]["file"] for t in includes] == ["weights_rounds.yml"]
-    assert "loop" not in includes[0] and "with_items" not in includes[0]
+    for task in peers + includes:
+        assert "loop" not in task and "with_items" not in task
 
 
 def test_every_round_is_its_own_task_in_order_up_to_the_limit():

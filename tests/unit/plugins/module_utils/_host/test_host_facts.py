@@ -541,3 +541,32 @@ def test_module_rejects_relative_volume_root(capsys):
     result = json.loads(capsys.readouterr().out)
     assert exc.value.code == 1
     assert "absolute" in result["msg"]
+
+
+def test_module_reports_what_is_installed_only_when_asked(tmp_path, capsys):
+    site = tmp_path / "venv" / "lib" / "python3.12" / "site-packages" / "tt_smi-3.0.39.dist-info"
+    site.mkdir(parents=True)
+    (site / "METADATA").write_text("Name: tt-smi\nVersion: 3.0.39\n")
+    base = {"volume_root": str(tmp_path), "tt_smi": str(tmp_path / "no-tt-smi")}
+    with patch_module_args(base), pytest.raises(SystemExit):
+        tt_facts_module.main()
+    assert "installed" not in json.loads(capsys.readouterr().out)["tt"]
+    args = dict(base, venv=str(tmp_path / "venv"), distributions=["tt-smi", "tt-flash"],
+                release_dir=str(tmp_path / "current"))  # fmt: skip
+    with patch_module_args(args), pytest.raises(SystemExit) as exc:
+        tt_facts_module.main()
+    result = json.loads(capsys.readouterr().out)
+    assert exc.value.code == 0
+    assert result["tt"]["installed"]["distributions"] == {"tt-smi": "3.0.39", "tt-flash": None}
+    assert result["tt"]["installed"]["release_dir"] == {
+        "path": str(tmp_path / "current"), "exists": False, "link_target": None,
+    }  # fmt: skip
+    assert result["tt"]["installed"]["packages"] == {}
+
+
+def test_module_rejects_distributions_without_a_venv(capsys):
+    with patch_module_args({"distributions": ["tt-smi"]}), pytest.raises(SystemExit) as exc:
+        tt_facts_module.main()
+    result = json.loads(capsys.readouterr().out)
+    assert exc.value.code == 1
+    assert "distributions needs venv" in result["msg"]
