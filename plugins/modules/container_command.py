@@ -303,6 +303,13 @@ volume:
   returned: success
   type: str
   sample: /srv/tt/volume_id_tt_transformers-Llama-3.2-1B-Instruct-v0.11.1
+volume_exists:
+  description:
+    - Whether RV(volume) exists on the host (a link counts, even a dangling one: an alias made by
+      M(ttfleet.inference.volume_alias) is checked by its owner). V(null) for a Docker named volume (no O(volume_root)).
+      ttfleet.inference.serve requires the volume before it starts the instance.
+  returned: success
+  type: bool
 legacy_interface:
   description:
     - Whether the spec itself pins a vLLM image older than v0.11.0. Such specs only succeed with O(image), and the
@@ -379,6 +386,8 @@ runtime_model_spec:
       version: 0.20.0
       device_type: P300X2
 """
+
+import os
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -465,6 +474,8 @@ def main() -> None:
         )
     for warning in catalog.get("warnings", []):
         module.warn(warning)
+    volume = result.get("volume")
+    result["volume_exists"] = os.path.lexists(volume) if params["volume_root"] and volume else None
     module.exit_json(changed=False, release_version=catalog.get("release_version"), **result)
 
 

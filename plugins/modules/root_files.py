@@ -41,6 +41,12 @@ options:
         description: Octal mode.
         type: str
         default: "0755"
+      list:
+        description:
+          - A shell pattern such as V(*.json). The directory's entries whose names match it (names starting with a dot
+            left out) are returned in RV(directories), each with its C(path) and C(isreg), after the directory is
+            kept. Nothing is followed.
+        type: str
   files:
     description: Files to keep, in order. Their directories must exist or be in O(directories).
     type: list
@@ -84,10 +90,10 @@ EXAMPLES = r"""
 
 RETURN = r"""
 directories:
-  description: Per directory path, whether it C(changed).
+  description: Per directory path, whether it C(changed), and its C(entries) when O(directories[].list) is set.
   returned: always
   type: dict
-  sample: {/etc/example: {changed: false}}
+  sample: {/var/lib/example: {changed: false, entries: [{path: /var/lib/example/a.json, isreg: true}]}}
 files:
   description: Per file path, whether it C(changed) and its C(state) (V(present) or V(absent)).
   returned: always
@@ -107,7 +113,9 @@ def main() -> None:
                 type="list",
                 elements="dict",
                 default=[],
-                options=dict(path=dict(type="path", required=True), mode=dict(type="str", default="0755")),
+                options=dict(
+                    path=dict(type="path", required=True), mode=dict(type="str", default="0755"), list=dict(type="str")
+                ),
             ),
             files=dict(
                 type="list",

@@ -12,13 +12,14 @@ error and is left as it is. Run as root, a directory that holds a file must be r
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import stat
 from typing import TYPE_CHECKING
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._base.errors import FleetError
 from ansible_collections.ttfleet.inference.plugins.module_utils._fs.atomic import unlink, write_atomic
-from ansible_collections.ttfleet.inference.plugins.module_utils._fs.dirs import make_path, opened_dir
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.dirs import make_path, open_dir, opened_dir
 from ansible_collections.ttfleet.inference.plugins.module_utils._fs.files import read_bytes
 from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError, kind_of, trusted
 
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
 
 # The files a role writes this way are small (a unit, a wrapper script, a JSON configuration).
 FILE_LIMIT = 4 << 20
+# A listed directory holds at most this many matching entries (a state directory holds one file an instance).
+LIST_LIMIT = 10000
 # A diff shows text up to this size; a larger or binary file is summarised.
 DIFF_LIMIT = 64 << 10
 
@@ -60,27 +63,51 @@ def _owner(euid: int) -> tuple[int, int] | None:
 
 
 def keep_directory(path: str, mode: int, check_mode: bool, euid: int) -> dict[str, Any]:
-    """Create ``path`` (and missing parents, with ``mode``) or fix its mode and owner; ``{changed, before, after}``."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        st = None
-    if st is not None and not stat.S_ISDIR(st.st_mode):
-        raise RootFilesError(f"{path} is a {kind_of(st.st_mode)}, not a directory: move it away and run again.")
+    """Create ``path`` (and missing parents, with ``mode``) or fix its mode and owner; ``{changed, before, after}``.
+
+    A link at ``path`` is followed only where open_dir follows one (in a directory only root can change), as
+    ansible.builtin.file follows it; a link a user could have planted is an error."""
     wanted = {"mode": f"{mode:04o}", "uid": euid, "gid": 0 if euid == 0 else None}
-    if st is None:
+    try:
+        fd = open_dir(path)
+    except FileNotFoundError:
         if not check_mode:
             os.close(make_path(path, mode, _owner(euid)))
         return {"changed": True, "before": "absent", "after": wanted}
-    before = {"mode": f"{stat.S_IMODE(st.st_mode):04o}", "uid": st.st_uid, "gid": st.st_gid if euid == 0 else None}
-    if before == wanted:
-        return {"changed": False, "before": before, "after": wanted}
-    if not check_mode:
-        with opened_dir(path) as fd:
+    except SafeFileError as exc:
+        raise RootFilesError(f"{exc}: move it away and run again.") from exc
+    try:
+        st = os.fstat(fd)
+        before = {"mode": f"{stat.S_IMODE(st.st_mode):04o}", "uid": st.st_uid, "gid": st.st_gid if euid == 0 else None}
+        if before == wanted:
+            return {"changed": False, "before": before, "after": wanted}
+        if not check_mode:
             if euid == 0:
                 os.fchown(fd, 0, 0)
             os.fchmod(fd, mode)
-    return {"changed": True, "before": before, "after": wanted}
+        return {"changed": True, "before": before, "after": wanted}
+    finally:
+        os.close(fd)
+
+
+def list_entries(path: str, pattern: str, check_mode: bool) -> list[dict[str, Any]]:
+    """``{path, isreg}`` of each entry of directory ``path`` whose name matches ``pattern`` (fnmatch; names starting
+    with a dot are left out, as ansible.builtin.find leaves hidden files out), sorted by name. Read from a descriptor
+    opened without following a link; nothing is followed or opened."""
+    try:
+        with opened_dir(path) as fd:
+            names = sorted(name for name in os.listdir(fd) if not name.startswith(".") and fnmatch.fnmatch(name, pattern))
+            if len(names) > LIST_LIMIT:
+                raise RootFilesError(f"{path} holds more than {LIST_LIMIT} entries matching {pattern}.")
+            return [
+                {"path": os.path.join(path, name),
+                 "isreg": stat.S_ISREG(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)}
+                for name in names
+            ]  # fmt: skip
+    except FileNotFoundError:
+        if check_mode:
+            return []
+        raise
 
 
 def _text(data: bytes | None) -> str:
@@ -141,6 +168,8 @@ def keep(
         path = _absolute(entry.get("path"))
         kept = keep_directory(path, _mode(entry.get("mode") or "0755", path), check_mode, euid)
         result["directories"][path] = {"changed": kept["changed"]}
+        if entry.get("list"):
+            result["directories"][path]["entries"] = list_entries(path, str(entry["list"]), check_mode)
         if kept["changed"]:
             result["changed"] = True
             result["diff"].append({"before_header": path, "after_header": path,

@@ -271,18 +271,24 @@ def run_argv(command: Mapping[str, Any], record: Mapping[str, Any] | None, pin_d
 
 
 def volumes_missing(
-    stats: Iterable[Mapping[str, Any]] | None, cache_plan: Mapping[str, Any] | None, check_mode: bool
+    results: Iterable[Mapping[str, Any]] | None, cache_plan: Mapping[str, Any] | None, check_mode: bool
 ) -> list[str]:
     """The present instances whose volume does not exist, as ``'instance (path)'``.
 
-    ``stats``: the loop results of the stat of each volume (item: the instance's container command). In check mode a
-    volume that model_cache plans in the same run (its result ``cache_plan``, model_cache_plan) is created by then.
+    ``results``: the loop results of ttfleet.inference.container_command for the present instances (each with its
+    ``volume``, ``volume_exists`` and the loop's ``__serve_instance``), or, as before, the loop results of a stat of
+    each volume (``stat.exists``, the container command as ``item``). In check mode a volume that model_cache plans in
+    the same run (its result ``cache_plan``, model_cache_plan) is created by then.
     """
     planned = [model["volume"]["path"] for model in (cache_plan or {}).get("models") or []] if check_mode else []
     missing = []
-    for result in stats or []:
-        item = result["item"]
-        if not (result.get("stat") or {}).get("exists", False) and item["volume"] not in planned:
+    for result in results or []:
+        if "stat" in result:
+            item, exists = result["item"], (result.get("stat") or {}).get("exists", False)
+        else:
+            item, exists = result, result.get("volume_exists")
+        # None: a Docker named volume, which docker creates itself.
+        if exists is False and item["volume"] not in planned:
             missing.append(f"{item['__serve_instance']['instance']} ({item['volume']})")
     return missing
 

@@ -94,3 +94,30 @@ def test_module_reports_per_path_and_a_diff_only_when_asked(tmp_path, capsys):
         root_files_module.main()
     result = json.loads(capsys.readouterr().out)
     assert result["changed"] is False and "diff" not in result
+
+
+def test_lists_matching_entries_of_a_kept_directory_without_following_them(tmp_path):
+    os.chmod(tmp_path, 0o755)
+    state = tmp_path / "state"
+    state.mkdir(mode=0o755)
+    (state / "a.json").write_text("{}")
+    (state / ".hidden.json").write_text("{}")
+    (state / "notes.txt").write_text("")
+    os.symlink("/etc/passwd", state / "b.json")
+    result = keep([{"path": str(state), "list": "*.json"}], [])
+    assert result["directories"][str(state)]["entries"] == [
+        {"path": str(state / "a.json"), "isreg": True},
+        {"path": str(state / "b.json"), "isreg": False},
+    ]
+    assert "entries" not in keep([{"path": str(state)}], [])["directories"][str(state)]
+    planned = keep([{"path": str(tmp_path / "new"), "list": "*.json"}], [], check_mode=True)
+    assert planned["directories"][str(tmp_path / "new")] == {"changed": True, "entries": []}
+
+
+def test_a_directory_link_in_root_s_own_directory_is_followed_as_the_file_module_does(tmp_path):
+    """tt_volume_root may be an operator's link to a bigger disk: in a root-only directory it is followed."""
+    os.chmod(tmp_path, 0o755)
+    (tmp_path / "disk").mkdir(mode=0o700)
+    os.symlink(tmp_path / "disk", tmp_path / "tt-cache")
+    result = keep([{"path": str(tmp_path / "tt-cache")}], [])
+    assert result["changed"] is True and _mode(tmp_path / "disk") == 0o755 and os.path.islink(tmp_path / "tt-cache")

@@ -107,6 +107,17 @@ def test_volumes_missing_names_instance_and_path():
     assert serve.volumes_missing(None, None, True) == []
 
 
+def test_volumes_missing_reads_container_command_results():
+    """The role passes container_command's results, which say whether the volume exists (issue 34: no stat a volume)."""
+    a, b, named = command("a", MEDIA), command("b", MEDIA), command("n", MEDIA)
+    results = [dict(a, __serve_instance={"instance": "a"}, volume_exists=True),
+               dict(b, __serve_instance={"instance": "b"}, volume_exists=False),
+               dict(named, __serve_instance={"instance": "n"}, volume_exists=None)]  # fmt: skip
+    assert serve.volumes_missing(results, {}, False) == [f"b ({b['volume']})"]
+    plan = {"models": [{"name": "m", "volume": {"path": b["volume"]}}]}
+    assert serve.volumes_missing(results, plan, True) == []
+
+
 def test_volumes_model_cache_plans_count_in_check_mode_only():
     a = command("a", MEDIA)
     plan = {"models": [{"name": "m", "volume": {"path": a["volume"]}}]}
