@@ -305,7 +305,7 @@ volume:
   sample: /srv/tt/volume_id_tt_transformers-Llama-3.2-1B-Instruct-v0.11.1
 volume_exists:
   description:
-    - Whether RV(volume) exists on the host (a link counts, even a dangling one: an alias made by
+    - Whether RV(volume) exists on the host (a link counts, even a dangling one, since an alias made by
       M(ttfleet.inference.volume_alias) is checked by its owner). V(null) for a Docker named volume (no O(volume_root)).
       ttfleet.inference.serve requires the volume before it starts the instance.
   returned: success

@@ -10,7 +10,7 @@ short_description: Read the tt-inference-server release layout of a host in one 
 version_added: 0.1.0
 description:
   - Reads what the P(ttfleet.inference.inference_server#role) role decides on before it installs a release or moves
-    its links, in one module call instead of one a question: the prerequisite packages (dpkg's status file), the
+    its links, in one module call instead of one a question, namely the prerequisite packages (dpkg's status file), the
     version of the interpreter the venvs are made with, the release root, the release directory with its marker, the
     venv with the pinned PyYAML, the C(current) and C(previous) links and the markers of every installed release.
   - Links are read, never followed; the marker is opened without following a link and only as a regular file of at

@@ -296,61 +296,17 @@ ansible_facts:
       type: dict
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ttfleet.inference.plugins.module_utils._host.facts import gather
-from ansible_collections.ttfleet.inference.plugins.module_utils._host.installed import (
-    dpkg_packages,
-    path_link,
-    unit_states,
-    venv_distributions,
-)
+from ansible_collections.ttfleet.inference.plugins.module_utils._host.collect import OPTIONS, CollectError, collect
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=dict(
-            volume_root=dict(type="path", default="/var/lib/tt-cache"),
-            tt_smi=dict(type="str", default="tt-smi"),
-            tt_smi_timeout=dict(type="int", default=30),
-            declared_device=dict(type="str"),
-            docker_socket=dict(type="path", default="/var/run/docker.sock"),
-            packages=dict(type="list", elements="str", default=[]),
-            services=dict(type="list", elements="str", default=[]),
-            venv=dict(type="path"),
-            distributions=dict(type="list", elements="str", default=[]),
-            release_dir=dict(type="path"),
-        ),
-
-        supports_check_mode=True,
-    )
-    params = module.params
-    if params["tt_smi_timeout"] < 1:
-        module.fail_json(msg=f"tt_smi_timeout must be at least 1 second, got {params['tt_smi_timeout']}")
-    if not os.path.isabs(params["volume_root"]):
-        module.fail_json(msg=f"volume_root must be an absolute path, got {params['volume_root']!r}")
-    facts = gather(
-        tt_smi=params["tt_smi"],
-        volume_root=params["volume_root"],
-        declared_device=params["declared_device"],
-        docker_socket=params["docker_socket"],
-        timeout=params["tt_smi_timeout"],
-        path_env=os.environ.get("PATH", ""),
-    )
-    if params["distributions"] and not params["venv"]:
-        module.fail_json(msg="distributions needs venv, the virtual environment to look for them in")
-    for name in ("venv", "release_dir"):
-        if params[name] is not None and not os.path.isabs(params[name]):
-            module.fail_json(msg=f"{name} must be an absolute path, got {params[name]!r}")
-    if params["packages"] or params["services"] or params["distributions"] or params["release_dir"]:
-        facts["installed"] = {
-            "packages": dpkg_packages(params["packages"]),
-            "services": unit_states(params["services"]),
-            "distributions": venv_distributions(params["venv"], params["distributions"]) if params["venv"] else {},
-            "release_dir": path_link(params["release_dir"]) if params["release_dir"] else None,
-        }
+    module = AnsibleModule(argument_spec=OPTIONS, supports_check_mode=True)
+    try:
+        facts = collect(module.params)
+    except CollectError as exc:
+        module.fail_json(msg=str(exc))
     module.exit_json(changed=False, tt=facts, ansible_facts={"tt": facts})
 
 

@@ -38,9 +38,20 @@ options:
   facts:
     description:
       - The facts of M(ttfleet.inference.tt_facts) for this host, its RV(ttfleet.inference.tt_facts#module:tt) dict
-        (C(ansible_facts.tt)) or its whole registered result.
+        (C(ansible_facts.tt)) or its whole registered result. Required unless O(gather) is given.
     type: dict
-    required: true
+  gather:
+    description:
+      - Gather the facts in this call, with the options of M(ttfleet.inference.tt_facts) (for example C(volume_root),
+        C(tt_smi), C(declared_device), C(packages), C(release_dir)), instead of taking O(facts); they are returned as
+        RV(tt) and set as C(ansible_facts.tt), as tt_facts does (one module call instead of two, issue 34).
+    type: dict
+  models_need_release:
+    description:
+      - Check the O(models) only when O(tt_inference_server_dir) exists; without it they are not checked and
+        RV(release_missing) is true (a host on which no release is installed yet).
+    type: bool
+    default: false
   device:
     description:
       - The tt-inference-server device this host is declared to be, for example V(n150), V(t3k) or V(p300x2).
@@ -152,6 +163,15 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+tt:
+  description: The facts O(gather) gathered, as M(ttfleet.inference.tt_facts) returns them; also set as
+    C(ansible_facts.tt).
+  returned: with O(gather)
+  type: dict
+release_missing:
+  description: O(models_need_release) is set and O(tt_inference_server_dir) does not exist, so no model was checked.
+  returned: always
+  type: bool
 failures:
   description: Problems of checks at level V(fail). The module fails when there is any.
   returned: always
@@ -252,11 +272,13 @@ models:
       sample: {firmware: {specifier: ">=19.2.0", mode: STRICT}, kmd: {specifier: ">=2.5.0", mode: STRICT}}
 """
 
+import os
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._base.module import fail_on
+from ansible_collections.ttfleet.inference.plugins.module_utils._host.collect import OPTIONS, CollectError, collect
 from ansible_collections.ttfleet.inference.plugins.module_utils._host.preflight import (
     PreflightError,
     check_levels,
@@ -276,7 +298,9 @@ _SOURCE_KEYS = ("tt_inference_server_dir", "spec_file", "python", "model_specs_e
 def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
-            facts=dict(type="dict", required=True),
+            facts=dict(type="dict"),
+            gather=dict(type="dict"),
+            models_need_release=dict(type="bool", default=False),
             device=dict(type="str"),
             models=dict(type="list", elements="dict", default=[]),
             volume_root=dict(type="path", default="/var/lib/tt-cache"),
@@ -286,12 +310,29 @@ def main() -> None:
             host=dict(type="str"),
             **{key: SPEC_SOURCE_OPTIONS[key] for key in _SOURCE_KEYS},
         ),
-        mutually_exclusive=[("tt_inference_server_dir", "spec_file")],
+        mutually_exclusive=[("tt_inference_server_dir", "spec_file"), ("facts", "gather")],
+        required_one_of=[("facts", "gather")],
         supports_check_mode=True,
     )
     params = module.params
+    gathered = None
+    if params["gather"] is not None:
+        unknown = sorted(set(params["gather"]) - set(OPTIONS))
+        if unknown:
+            module.fail_json(msg=f"gather: unknown options {', '.join(unknown)}; it takes those of tt_facts.")
+        try:
+            gathered = collect({**{name: spec.get("default") for name, spec in OPTIONS.items()}, **params["gather"]})
+        except CollectError as exc:
+            module.fail_json(msg=f"gather: {exc}")
+    release_missing = bool(
+        params["models_need_release"]
+        and params["tt_inference_server_dir"]
+        and not os.path.isdir(params["tt_inference_server_dir"])
+    )
+    if release_missing:
+        params["models"] = []
     with fail_on(module):
-        facts = unwrap_facts(params["facts"])
+        facts = gathered if gathered is not None else unwrap_facts(params["facts"])
         levels = check_levels(params["checks"])
         models = present_models(params["models"])
         if params["disk_margin_gb"] < 0:
@@ -330,7 +371,9 @@ def main() -> None:
     result["warning_details"] = result.pop("warnings")
     # So is "skipped": a true value shows the task as skipped (a passing preflight with a check set to skip did).
     result["skipped_checks"] = result.pop("skipped")
-    result.update(changed=False, device=device, models=summaries)
+    result.update(changed=False, device=device, models=summaries, release_missing=release_missing)
+    if gathered is not None:
+        result.update(tt=gathered, ansible_facts={"tt": gathered})
     for warning in result["warning_details"]:
         module.warn(warning["msg"])
     if result["failures"]:

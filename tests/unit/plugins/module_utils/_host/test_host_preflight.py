@@ -528,3 +528,33 @@ def test_module_rejects_unknown_check(capsys, tmp_path):
     code, result = run_module(capsys, {"facts": host_facts(tmp_path), "checks": {"dsik": "skip"}})
     assert code == 1
     assert "Did you mean disk" in result["msg"]
+
+
+def test_module_gathers_the_facts_itself_and_waits_for_a_release(capsys, tmp_path):
+    """One call for tt_facts and tt_preflight (issue 34): the facts come back as ansible_facts.tt, and the models are
+    not checked while the release directory is missing."""
+    args = {
+        "gather": {"volume_root": str(tmp_path), "tt_smi": str(tmp_path / "no-tt-smi"), "declared_device": "n150",
+                   "release_dir": str(tmp_path / "current")},
+        "models": [{"name": "Qwen3-32B"}],
+        "models_need_release": True,
+        "tt_inference_server_dir": str(tmp_path / "current"),
+        "checks": {"device_type": "warn", "hugepages": "skip", "hugepages_pages": "skip", "docker": "skip",
+                   "firmware": "skip", "kmd": "skip"},
+    }  # fmt: skip
+    code, result = run_module(capsys, args)
+    assert code == 0, result
+    assert result["release_missing"] is True and result["models"] == []
+    assert result["ansible_facts"]["tt"] == result["tt"]
+    assert result["tt"]["declared_device"] == "n150"
+    assert result["tt"]["installed"]["release_dir"] == {"path": str(tmp_path / "current"), "exists": False,
+                                                        "link_target": None}  # fmt: skip
+
+
+def test_module_refuses_facts_with_gather_and_unknown_gather_options(capsys, tmp_path):
+    code, result = run_module(capsys, {"facts": {}, "gather": {}})
+    assert code == 1 and "mutually exclusive" in result["msg"]
+    code, result = run_module(capsys, {"gather": {"volume_root": str(tmp_path), "tt_smii": "x"}})
+    assert code == 1 and "unknown options tt_smii" in result["msg"]
+    code, result = run_module(capsys, {"gather": {"volume_root": "relative"}})
+    assert code == 1 and "gather: volume_root must be an absolute path" in result["msg"]
