@@ -136,6 +136,8 @@ def _python_version(module: AnsibleModule, python: str, minimum: str) -> str:
     wanted = _VERSION.match(minimum)
     if wanted is None:
         module.fail_json(msg=f"python_min must be MAJOR.MINOR, got {minimum!r}")
+    if match is None or wanted is None:  # fail_json does not return; for the type checker
+        raise AssertionError
     if tuple(map(int, match.groups())) < tuple(map(int, wanted.groups())):
         module.fail_json(
             msg=f"inference_server_python_interpreter is {python}, which is Python {version}; tt-inference-server's "

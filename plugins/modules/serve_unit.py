@@ -110,9 +110,8 @@ def _show(module: AnsibleModule, unit: str) -> dict[str, str]:
 def _systemctl(module: AnsibleModule, *args: str) -> None:
     rc, out, err = module.run_command(["systemctl", *args])
     if rc != 0:
-        module.fail_json(
-            msg=f"systemctl {' '.join(args)} failed ({rc}): {(err or out).strip()[-1000:]}; see journalctl -u {args[-1]}"
-        )
+        reason = (err or out).strip()[-1000:]
+        module.fail_json(msg=f"systemctl {' '.join(args)} failed ({rc}): {reason}; see journalctl -u {args[-1]}")
 
 
 def _keep(module: AnsibleModule, unit: str, restart: bool) -> dict[str, object]:
@@ -120,7 +119,9 @@ def _keep(module: AnsibleModule, unit: str, restart: bool) -> dict[str, object]:
     state = _show(module, unit)
     if state.get("LoadState") == "not-found" and not module.check_mode:
         module.fail_json(msg=f"{unit} is not installed: its template unit is missing (run the serve role's install).")
-    done = {"active": state.get("ActiveState"), "enabled": False, "started": False, "restarted": False}
+    done: dict[str, object] = {
+        "active": state.get("ActiveState"), "enabled": False, "started": False, "restarted": False,
+    }  # fmt: skip
     if state.get("UnitFileState") != "enabled":
         done["enabled"] = True
         if not module.check_mode:
@@ -152,7 +153,9 @@ def main() -> None:
     params = module.params
     instance = params["instance"]
     if not _INSTANCE.match(instance):
-        module.fail_json(msg=f"instance {instance!r} is not an instance name (1-63 lower-case letters, digits and '-').")
+        module.fail_json(
+            msg=f"instance {instance!r} is not an instance name (1-63 lower-case letters, digits and '-')."
+        )
     if params["daemon_reload"] and not module.check_mode:
         _systemctl(module, "daemon-reload")
     service = serve_unit(instance)

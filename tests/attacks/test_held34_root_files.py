@@ -37,7 +37,8 @@ def test_root_files_does_not_follow_a_link_planted_on_the_way(arena):
          "files": [{"path": str(arena.home / "etc" / "config.json"), "content": "{}\n"}]},
     )  # fmt: skip
     assert result.failed and "not followed" in result["msg"], result
-    result = arena.module("root_files", {"files": [{"path": str(arena.home / "etc" / "config.json"), "content": "{}\n"}]})
+    planted = str(arena.home / "etc" / "config.json")
+    result = arena.module("root_files", {"files": [{"path": planted, "content": "{}\n"}]})
     assert result.failed, result
     arena.assert_victims_intact()
 

@@ -56,6 +56,19 @@ def trusted(st: os.stat_result) -> bool:
     return st.st_uid == 0 and not st.st_mode & 0o022
 
 
+def untrusted_dir(dirfd: int, directory: str, why: str) -> str | None:
+    """None when only root can change the entries of the open directory ``dirfd``, else the message: who can, ``why``
+    that matters (for example "so it cannot hold secrets") and the fix. Only root needs the check: a test runs as
+    its own user."""
+    st = os.fstat(dirfd)
+    if os.geteuid() != 0 or trusted(st):
+        return None
+    return (
+        f"{directory} (owner uid {st.st_uid}, mode {st.st_mode & 0o7777:04o}) can be changed by a user other than "
+        f"root, {why}: make it root's with mode 0755 (chown root: {directory}; chmod go-w {directory})."
+    )
+
+
 def components(path: str) -> list[str]:
     if not isinstance(path, str) or not path.startswith("/") or "\0" in path:
         raise SafeFileError(path, "not an absolute path")

@@ -21,7 +21,7 @@ from ansible_collections.ttfleet.inference.plugins.module_utils._base.errors imp
 from ansible_collections.ttfleet.inference.plugins.module_utils._fs.atomic import unlink, write_atomic
 from ansible_collections.ttfleet.inference.plugins.module_utils._fs.dirs import make_path, open_dir, opened_dir
 from ansible_collections.ttfleet.inference.plugins.module_utils._fs.files import read_bytes
-from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError, kind_of, trusted
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError, untrusted_dir
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -96,7 +96,9 @@ def list_entries(path: str, pattern: str, check_mode: bool) -> list[dict[str, An
     opened without following a link; nothing is followed or opened."""
     try:
         with opened_dir(path) as fd:
-            names = sorted(name for name in os.listdir(fd) if not name.startswith(".") and fnmatch.fnmatch(name, pattern))
+            names = sorted(
+                name for name in os.listdir(fd) if not name.startswith(".") and fnmatch.fnmatch(name, pattern)
+            )
             if len(names) > LIST_LIMIT:
                 raise RootFilesError(f"{path} holds more than {LIST_LIMIT} entries matching {pattern}.")
             return [
@@ -127,13 +129,9 @@ def keep_file(path: str, content: str | None, mode: int, check_mode: bool, euid:
     data = None if content is None else content.encode("utf-8")
     try:
         with opened_dir(directory) as dirfd:
-            dir_stat = os.fstat(dirfd)
-            if euid == 0 and not trusted(dir_stat):
-                raise RootFilesError(
-                    f"{directory} (owner uid {dir_stat.st_uid}, mode {stat.S_IMODE(dir_stat.st_mode):04o}) can be "
-                    f"changed by a user other than root, so {name} is not written there: make it root's with mode "
-                    f"0755 (chown root: {directory}; chmod go-w {directory})."
-                )
+            problem = untrusted_dir(dirfd, directory, f"so {name} is not written there")
+            if problem:
+                raise RootFilesError(problem)
             current = read_bytes(dirfd, name, FILE_LIMIT, where=directory)
             st = os.stat(name, dir_fd=dirfd, follow_symlinks=False) if current is not None else None
             if data is None:

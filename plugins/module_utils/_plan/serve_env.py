@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from ansible_collections.ttfleet.inference.plugins.module_utils._fs.atomic import write_atomic
 from ansible_collections.ttfleet.inference.plugins.module_utils._fs.dirs import opened_dir
 from ansible_collections.ttfleet.inference.plugins.module_utils._fs.files import read_bytes
-from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError, trusted
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError, untrusted_dir
 from ansible_collections.ttfleet.inference.plugins.module_utils._plan.serve import (
     ServeError,
     desired_env,
@@ -82,13 +82,9 @@ def keep_env_file(
     owner = os.geteuid()
     try:
         with opened_dir(directory) as dirfd:
-            dir_stat = os.fstat(dirfd)
-            if owner == 0 and not trusted(dir_stat):
-                raise ServeError(
-                    f"{directory} (owner uid {dir_stat.st_uid}, mode {dir_stat.st_mode & 0o7777:04o}) can be "
-                    "changed by a user other than root, so it cannot hold secrets: make it root's with mode 0755 "
-                    f"(chown root: {directory}; chmod go-w {directory})."
-                )
+            problem = untrusted_dir(dirfd, directory, "so it cannot hold secrets")
+            if problem:
+                raise ServeError(problem)
             return _apply(dirfd, directory, name, path, owner, engine, api_key, hf_token, no_auth, check_mode)
     except SafeFileError as exc:
         raise ServeError(f"cannot open the directory of {path}: {exc}") from exc

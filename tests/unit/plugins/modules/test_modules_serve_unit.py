@@ -107,7 +107,8 @@ def test_a_failed_start_or_wait_fails_with_the_reason(fake, capsys, monkeypatch)
     monkeypatch.setenv("FAKE_SYSTEMCTL_FAIL", "start")
     code, _calls = fake({SERVICE: {"active": "failed"}})
     result = json.loads(capsys.readouterr().out)
-    assert code == 1 and f"systemctl start -- {SERVICE} failed" in result["msg"] and "Job for unit failed" in result["msg"]
+    assert code == 1 and f"systemctl start -- {SERVICE} failed" in result["msg"]
+    assert "Job for unit failed" in result["msg"]
     monkeypatch.setenv("FAKE_SYSTEMCTL_FAIL", "")
     monkeypatch.setenv("FAKE_NOT_READY", "1")
     code, _calls = fake()

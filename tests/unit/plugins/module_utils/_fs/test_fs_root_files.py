@@ -26,7 +26,8 @@ def test_creates_then_leaves_directories_and_files_alone(tmp_path):
              {"path": str(tmp_path / "state" / "a.json"), "content": "{}\n", "mode": "0600"}]  # fmt: skip
     first = keep(dirs, files)
     assert first["changed"] is True
-    assert all(r["changed"] for r in first["files"].values()) and all(r["changed"] for r in first["directories"].values())
+    assert all(r["changed"] for r in first["files"].values())
+    assert all(r["changed"] for r in first["directories"].values())
     assert (tmp_path / "etc" / "serve" / "a.conf").read_text() == "a\n"
     assert _mode(tmp_path / "state") == 0o750 and _mode(tmp_path / "state" / "a.json") == 0o600
     again = keep(dirs, files)
@@ -41,7 +42,10 @@ def test_fixes_content_and_mode_and_removes_absent_files(tmp_path):
     gone = tmp_path / "spec.json"
     gone.write_text("{}")
     result = keep([], [{"path": str(conf), "content": "new\n"}, {"path": str(gone), "content": None}])
-    assert result["files"] == {str(conf): {"changed": True, "state": "present"}, str(gone): {"changed": True, "state": "absent"}}
+    assert result["files"] == {
+        str(conf): {"changed": True, "state": "present"},
+        str(gone): {"changed": True, "state": "absent"},
+    }
     assert conf.read_text() == "new\n" and _mode(conf) == 0o644 and not gone.exists()
     assert [d["before"] for d in result["diff"]] == ["old\n", "{}"]
     os.chmod(conf, 0o640)
@@ -65,11 +69,11 @@ def test_refuses_links_special_files_and_bad_input_naming_them(tmp_path):
     os.chmod(tmp_path, 0o755)
     (tmp_path / "target").write_text("keep\n")
     os.symlink(tmp_path / "target", tmp_path / "link.conf")
-    with pytest.raises(RootFilesError, match="symbolic link.*left untouched"):
+    with pytest.raises(RootFilesError, match=r"symbolic link.*left untouched"):
         keep([], [{"path": str(tmp_path / "link.conf"), "content": "x"}])
     assert (tmp_path / "target").read_text() == "keep\n"
     os.mkfifo(tmp_path / "fifo")
-    with pytest.raises(RootFilesError, match="fifo|FIFO|not a regular file"):
+    with pytest.raises(RootFilesError, match=r"fifo|FIFO|not a regular file"):
         keep([], [{"path": str(tmp_path / "fifo"), "content": "x"}])
     with pytest.raises(RootFilesError, match="not a directory"):
         keep([{"path": str(tmp_path / "target")}], [])

@@ -110,10 +110,8 @@ def _run(args, capsys):
 
 def test_module_reads_packages_and_the_interpreter(tmp_path, capsys):
     _install(tmp_path, "v0.20.0")
-    code, result = _run(
-        {"root": str(tmp_path), "version": "v0.20.0", "packages": ["ttfleet-no-such-package"], "python": sys.executable},
-        capsys,
-    )
+    args = {"root": str(tmp_path), "version": "v0.20.0", "packages": ["ttfleet-no-such-package"]}
+    code, result = _run(dict(args, python=sys.executable), capsys)
     assert code == 0 and result["changed"] is False
     assert result["packages"] == {"ttfleet-no-such-package": None}
     assert result["python_version"] == "%d.%d" % sys.version_info[:2]
