@@ -82,12 +82,22 @@ root:
   returned: always
   type: dict
 release:
-  description:
-    - The release directory as O(root)/C(releases)/O(version) (C(exists), C(isdir), C(uid), C(gid), C(mode)), its
-      C(marker) (the JSON object, V(null) when there is none) and C(marker_error) (why a marker that is there could not
-      be used, else V(null)).
+  description: The release directory as O(root)/C(releases)/O(version), not followed, with its marker.
   returned: always
   type: dict
+  contains:
+    exists:
+      description: Whether the path exists (a link counts).
+      type: bool
+    isdir:
+      description: Whether it is a real directory (not a link to one).
+      type: bool
+    marker:
+      description: The marker's JSON object, V(null) when there is none.
+      type: dict
+    marker_error:
+      description: Why a marker that is there could not be used, else V(null).
+      type: str
 venv:
   description: Whether C(venvs/<version>) has its C(python) and the pinned C(pyyaml).
   returned: always

@@ -26,6 +26,8 @@ attributes:
     support: full
   diff_mode:
     support: full
+  idempotent:
+    support: full
 options:
   directories:
     description: Directories to keep, in order, before the files.

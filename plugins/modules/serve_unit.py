@@ -26,6 +26,10 @@ attributes:
     support: full
   diff_mode:
     support: none
+  idempotent:
+    support: partial
+    details:
+      - V(state=restarted) restarts the instance on every run; the role asks for it only when something changed.
 options:
   instance:
     description: The instance name (the C(%i) of its units).
