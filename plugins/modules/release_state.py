@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: release_state
 short_description: Read the tt-inference-server release layout of a host in one call
-version_added: 0.1.0
+version_added: 0.3.0
 description:
   - Reads what the P(ttfleet.inference.inference_server#role) role decides on before it installs a release or moves
     its links, in one module call instead of one a question, namely the prerequisite packages (dpkg's status file), the

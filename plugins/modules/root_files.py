@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: root_files
 short_description: Keep root's directories and small files at a given content and mode, many in one call
-version_added: 0.1.0
+version_added: 0.3.0
 description:
   - Creates each directory of O(directories) (with its missing parents) or fixes its mode and owner, then brings each
     file of O(files) to its content and mode, owned by root, or removes it when its content is V(null). Only what

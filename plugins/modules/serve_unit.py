@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: serve_unit
 short_description: Run a served instance's systemd units and wait until it answers, in one call
-version_added: 0.1.0
+version_added: 0.3.0
 description:
   - For one instance of the P(ttfleet.inference.serve#role) role, in one module call (issue 34, three tasks an
     instance before), reloads systemd when O(daemon_reload), enables and starts (or restarts, O(state=restarted)) the

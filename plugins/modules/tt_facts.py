@@ -53,29 +53,34 @@ options:
     type: path
     default: /var/run/docker.sock
   packages:
+    version_added: 0.3.0
     description:
       - Debian packages to report in RV(tt.installed.packages), read from dpkg's status file.
     type: list
     elements: str
     default: []
   services:
+    version_added: 0.3.0
     description:
       - systemd units to report in RV(tt.installed.services) (C(systemctl show)).
     type: list
     elements: str
     default: []
   venv:
+    version_added: 0.3.0
     description:
       - A virtual environment whose Python distributions O(distributions) are reported in
         RV(tt.installed.distributions), read from their C(.dist-info) metadata; nothing in the venv runs.
     type: path
   distributions:
+    version_added: 0.3.0
     description:
       - Python distributions to look for in O(venv).
     type: list
     elements: str
     default: []
   release_dir:
+    version_added: 0.3.0
     description:
       - A path whose existence and link target are reported in RV(tt.installed.release_dir), such as the spec
         directory of the current tt-inference-server release.

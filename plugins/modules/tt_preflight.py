@@ -41,12 +41,14 @@ options:
         (C(ansible_facts.tt)) or its whole registered result. Required unless O(gather) is given.
     type: dict
   gather:
+    version_added: 0.3.0
     description:
       - Gather the facts in this call, with the options of M(ttfleet.inference.tt_facts) (for example C(volume_root),
         C(tt_smi), C(declared_device), C(packages), C(release_dir)), instead of taking O(facts); they are returned as
         RV(tt) and set as C(ansible_facts.tt), as tt_facts does (one module call instead of two, issue 34).
     type: dict
   models_need_release:
+    version_added: 0.3.0
     description:
       - Check the O(models) only when O(tt_inference_server_dir) exists; without it they are not checked and
         RV(release_missing) is true (a host on which no release is installed yet).
