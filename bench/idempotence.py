@@ -138,7 +138,10 @@ def main():
         tasks = max(tasks, *(item["ok"] + item["changed"] + item["skipped"] for item in recap.values()))
     baselines, baseline_cpu = {}, {}
     for label, module in (("ping", "ansible.builtin.ping:"), ("noop", "ansible.builtin.meta: noop")):
-        with tempfile.NamedTemporaryFile("w", suffix=".yml", dir=os.path.join(ROOT, "bench"), delete=False) as handle:
+        # A run killed before its finally leaves the file behind: .gitignore keeps bench/.baseline-*.yml out of git.
+        with tempfile.NamedTemporaryFile(
+            "w", prefix=".baseline-", suffix=".yml", dir=os.path.join(ROOT, "bench"), delete=False
+        ) as handle:
             handle.write(baseline_playbook(tasks, args.hosts, module))
             path = handle.name
         try:
