@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 import subprocess
 from typing import TYPE_CHECKING, Any
+
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.dirs import opened_dir
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.files import read_bytes
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -86,16 +89,14 @@ def unit_states(units: Iterable[str], timeout: float = 10.0) -> dict[str, dict[s
     return states
 
 
-def _metadata(path: str) -> tuple[str | None, str | None]:
-    """(Name, Version) of a METADATA file, read without following a link; (None, None) when unreadable."""
+def _metadata(directory: str) -> tuple[str | None, str | None]:
+    """(Name, Version) of ``directory``/METADATA, read without following a link; (None, None) when unreadable."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+        with opened_dir(directory) as dirfd:
+            data = read_bytes(dirfd, "METADATA", _METADATA_LIMIT, where=directory)
+    except (OSError, SafeFileError):
         return None, None
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            return None, None
-        head = handle.read(_METADATA_LIMIT).decode("utf-8", "replace").split("\n\n", 1)[0]
+    head = (data or b"").decode("utf-8", "replace").split("\n\n", 1)[0]
     fields = dict(line.split(":", 1) for line in head.splitlines() if ":" in line and line[:1] not in (" ", "\t"))
     name, version = fields.get("Name"), fields.get("Version")
     return (name.strip() if name else None), (version.strip() if version else None)
@@ -124,7 +125,7 @@ def venv_distributions(venv: str, names: Iterable[str]) -> dict[str, str | None]
             match = _DIST_INFO.match(entry)
             if not match or _normalise(match.group("name")) not in wanted:
                 continue
-            name, version = _metadata(os.path.join(site, entry, "METADATA"))
+            name, version = _metadata(os.path.join(site, entry))
             key = wanted.get(_normalise(name or ""))
             if key is not None and version and found[key] is None:
                 found[key] = version

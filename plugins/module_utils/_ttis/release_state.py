@@ -17,6 +17,9 @@ import stat
 from typing import Any
 
 from ansible_collections.ttfleet.inference.plugins.module_utils._base.errors import FleetError
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.dirs import opened_dir
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.files import read_bytes
+from ansible_collections.ttfleet.inference.plugins.module_utils._fs.paths import SafeFileError
 
 MARKER_LIMIT = 1 << 20
 LINKS = ("current", "previous")
@@ -37,17 +40,14 @@ def read_marker(release_dir: str, marker: str) -> dict[str, Any] | None:
     """The marker's JSON object; None when there is no marker. Raises MarkerError for anything else."""
     path = os.path.join(release_dir, marker)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with opened_dir(release_dir) as dirfd:
+            data = read_bytes(dirfd, marker, MARKER_LIMIT, where=release_dir)
     except FileNotFoundError:
         return None
-    except OSError as exc:
-        raise MarkerError(f"{path} cannot be read ({exc.strerror}): move it away and run the role again") from None
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise MarkerError(f"{path} is not a regular file: move it away and run the role again")
-        data = handle.read(MARKER_LIMIT + 1)
-    if len(data) > MARKER_LIMIT:
-        raise MarkerError(f"{path} is larger than {MARKER_LIMIT} bytes: move it away and run the role again")
+    except (OSError, SafeFileError) as exc:
+        raise MarkerError(f"{path} cannot be read ({exc}): move it away and run the role again") from None
+    if data is None:
+        return None
     try:
         value = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
