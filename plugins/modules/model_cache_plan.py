@@ -170,6 +170,13 @@ models:
         - V(alias) (make the expected volume from RV(models[].candidate)), V(own) (weights in place get their
           owners and modes) or V(fetch) (fetch from RV(models[].source), comparing what is in place).
       type: str
+    pending:
+      description:
+        - Whether the role has work for the model here, from model_weights' own check mode with the options the
+          role passes - for V(fetch), bytes, owners, modes, the manifest or the volume layout to change; for
+          V(own), the layout. Always true for V(alias). The role skips the module where it is false.
+      type: bool
+      version_added: 0.3.0
     revision:
       description: The commit the source resolved, for a fetch from V(hf) or V(s3).
       type: str
@@ -204,8 +211,8 @@ models:
 work:
   description:
     - The work entry of each weights directory, the input of the P(ttfleet.inference.weights_fanout#filter) filter
-      (C(model), C(origin), C(repo_id), C(revision), C(site), C(dest), C(volume), C(complete), C(shareable), C(bytes)
-      and the rest). Empty with O(weights=false).
+      (C(model), C(origin), C(repo_id), C(revision), C(site), C(dest), C(volume), C(complete), C(shareable), C(bytes),
+      C(pending) - whether the fetch would change anything here - and the rest). Empty with O(weights=false).
     - A model that several entries serve (one per board or per profile) shares one volume and has one entry; each
       extra repository (RV(models[].extras)) has its own, with C(extra_of) naming its model.
     - One directory holds one repository at one revision. Two different pairs that would share one (two extra

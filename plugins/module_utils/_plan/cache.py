@@ -187,6 +187,13 @@ def plan_model(
     # alias: make the expected volume from the candidate; own: give weights already in place their layout;
     # fetch: model_weights from the source (bytes_to_fetch may be 0 on a converged host: it still compares).
     action = "alias" if aliasing else ("own" if source == "preseeded" else "fetch")
+    # What model_weights would change (its check mode, with the options the tasks pass): for a fetch, the weights,
+    # their owners and modes, the manifest and the layout; for weights in place, their layout. An alias is always
+    # work (the expected volume does not exist yet). The tasks skip a host with nothing pending (issue 34).
+    if action == "own":
+        pending = bool(plan_weights({"dest": spec["paths"]["weights"], "source": "none"}).get("changed"))
+    else:
+        pending = aliasing or bool(weights.get("changed", True))
     # Only a pinned commit of a repository is the same bytes on every host.
     shareable = bool(fetching and options.get("peers") and source != "path" and is_commit_sha(revision))
     work = _work_entry(
@@ -216,6 +223,7 @@ def plan_model(
         "source": source,
         "reason": reason,
         "action": action,
+        "pending": pending,
         "revision": work["revision"],
         "kernel": kernel_key(spec),
         "bytes_to_fetch": work["bytes"],
@@ -259,6 +267,8 @@ def _work_entry(
         "complete": bool(weights_plan.get("complete", True)),
         "shareable": shareable,
         "bytes": int(weights_plan.get("bytes_to_fetch") or 0),
+        # Whether the fetch would change anything here (model_weights' check mode); no fetch for weights in place.
+        "pending": bool(weights.get("changed", True)) if weights else False,
         "bytes_needed": int(weights.get("bytes_needed") or 0),
         "fs_device": filesystem.get("device"),
         "fs_path": filesystem.get("path"),

@@ -16,6 +16,7 @@ from unit_helpers import package_spec
 from ansible_collections.ttfleet.inference.plugins.module_utils._plan import cache as cp
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import derive as ttis_derive
 from ansible_collections.ttfleet.inference.plugins.module_utils._ttis import source as ttis_source
+from ansible_collections.ttfleet.inference.plugins.module_utils._weights.sync import sync_weights
 from ansible_collections.ttfleet.inference.plugins.modules import model_cache_plan as module
 
 SPEC = os.path.join(FIXTURES, "specs", "release_model_spec-v0.20.0.json.gz")
@@ -232,6 +233,63 @@ def test_a_preseeded_volume_is_the_alias_of_the_expected_one(tmp_path, capsys):
     assert model["bytes_to_fetch"] == 0 and model["filesystem"] is None
     assert model["work"]["alias_from"] == str(old) and model["work"]["link"] == model["candidate"]["reuse"]
     assert result["root_exists"] is True
+
+
+def test_only_weights_in_place_whose_layout_is_off_are_pending(tmp_path, capsys):
+    """An own record is pending while model_weights (source none) would change the volume's layout, and not once it
+    has it: the role skips the module on a converged host (issue 34). Owners as the module would see them."""
+    old = tmp_path / "volumes" / f"volume_id_tt_transformers-{LLAMA}-v0.17.0"
+    _weights(old / "weights" / LLAMA)
+    args = _args(tmp_path, [{"name": LLAMA, "revision": SHA}], container_owner=1000, container_group=1000)
+    code, result = run(capsys, args)
+    assert result["models"][0]["action"] == "alias" and result["models"][0]["pending"] is True
+    # The weights at the expected volume's own path: no alias, only the layout.
+    volume = tmp_path / "volumes" / os.path.basename(result["models"][0]["volume"]["path"])
+    old.rename(volume)
+    code, result = run(capsys, args)
+    assert code == 0, result
+    [model] = result["models"]
+    assert (model["source"], model["action"]) == ("preseeded", "own")
+    assert model["pending"] is True and model["work"]["pending"] is False
+    for name in ("tt_metal_cache", "logs", "model_file_symlinks_map", "huggingface"):
+        (volume / name).mkdir()
+        os.chown(volume / name, 1000, 1000)
+    for directory in (volume, volume / "weights"):
+        os.chown(directory, os.getuid(), os.getgid())
+        os.chmod(directory, 0o755)
+    if os.getuid() != 0:
+        pytest.skip("the layout wants root's volume directories: run as root to see it converged")
+    code, result = run(capsys, args)
+    assert code == 0, result
+    assert result["models"][0]["pending"] is False
+    # Still pending when one directory of the container user is missing again.
+    os.rmdir(volume / "logs")
+    code, result = run(capsys, args)
+    assert result["models"][0]["pending"] is True
+
+
+def test_a_fetch_is_pending_while_bytes_are_missing_and_not_once_they_are_in_place(tmp_path, capsys):
+    source = _copied(_weights(tmp_path / "nfs" / LLAMA))
+    args = _args(tmp_path, [{"name": LLAMA, "path": str(source)}], sources=["path"])
+    code, result = run(capsys, args)
+    assert code == 0, result
+    [model] = result["models"]
+    assert model["pending"] is True and model["work"]["pending"] is True
+    # The fetch itself, by model_weights' code with the options the role passes, then the plan again.
+    sync_weights(
+        {
+            "dest": model["spec"]["paths"]["weights"],
+            "source": "path",
+            "path": str(source),
+            "repo_id": model["spec"]["hf_weights_repo"],
+            "disk_margin_gb": 0,
+        },
+        check_mode=False,
+    )
+    code, result = run(capsys, args)
+    assert code == 0, result
+    assert result["models"][0]["pending"] is False and result["work"][0]["pending"] is False
+    assert result["work"][0]["complete"] is True
 
 
 def test_a_new_revision_is_fetched_rather_than_aliased(tmp_path, capsys):
