@@ -372,6 +372,13 @@ release_version:
   returned: success
   type: str
   sample: 0.20.0
+runtime_model_spec_text:
+  description:
+    - RV(runtime_model_spec) as the text of the file, JSON with sorted keys and an indent of 4 and a final newline
+      (what C(to_nice_json) makes of it, so a file written before is byte for byte the same). V(null) with it.
+  returned: success
+  type: str
+  version_added: 0.3.0
 runtime_model_spec:
   description:
     - With O(model_specs_env=dev), the document to write to O(runtime_spec_file) as JSON, with the key
@@ -387,6 +394,7 @@ runtime_model_spec:
       device_type: P300X2
 """
 
+import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
@@ -476,6 +484,12 @@ def main() -> None:
         module.warn(warning)
     volume = result.get("volume")
     result["volume_exists"] = os.path.lexists(volume) if params["volume_root"] and volume else None
+    # The file's text as ansible's to_nice_json writes it (sorted keys, indent 4, ASCII): serializing the document
+    # here costs the controller nothing, where templating it costs a copy of it in every task worker (issue 34).
+    spec_doc = result.get("runtime_model_spec")
+    result["runtime_model_spec_text"] = (
+        json.dumps(spec_doc, indent=4, sort_keys=True, separators=(",", ": ")) + "\n" if spec_doc is not None else None
+    )
     module.exit_json(changed=False, release_version=catalog.get("release_version"), **result)
 
 

@@ -525,6 +525,11 @@ def test_module_dev_mode(capsys, dev_checkout):
     )
     assert result["runtime_model_spec"]["runtime_model_spec"]["version"] == "0.20.0"
     assert result["volume"] == "/srv/tt/volume_id_tt_transformers-Qwen3-32B-v0.20.0"
+    # The file's text is what ansible's own to_nice_json made of the document before (serve wrote that): a file
+    # written by an older collection is byte for byte the same, so upgrading the collection restarts nothing.
+    from ansible.plugins.filter.core import to_nice_json
+
+    assert result["runtime_model_spec_text"] == to_nice_json(result["runtime_model_spec"], sort_keys=True) + "\n"
 
 
 def test_dev_mode_media_server_entries_must_be_listable(dev, tmp_path):
