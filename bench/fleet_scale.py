@@ -98,6 +98,8 @@ def _load(rel, name):
 
 
 lab = _load("tests/lab/lab.py", "lab")
+# Its rounds from the task marks and its fit of round time = a + b x pullers: the measure of the issue-19 model.
+round_cost = _load("bench/fanout_round_cost.py", "fanout_round_cost")
 
 
 def docker(*args, check=True, stdin=None):
@@ -256,8 +258,9 @@ def env_for(work, tag):
         ANSIBLE_SSH_COMMON_ARGS="-o UserKnownHostsFile=/dev/null -o StrictHostKeyChecking=no -o LogLevel=ERROR",
         ANSIBLE_SSH_CONTROL_PATH_DIR=control,
         ANSIBLE_CALLBACK_PLUGINS=os.path.join(ROOT, "bench", "callback_plugins"),
-        ANSIBLE_CALLBACKS_ENABLED="ttfleet_contact",
+        ANSIBLE_CALLBACKS_ENABLED="ttfleet_contact,ttfleet_marks",
         TTFLEET_CONTACT_FILE=contact,
+        TTFLEET_MARKS_FILE=os.path.join(work, f"marks-{tag}.json"),
     )  # fmt: skip
     return env, control, contact
 
@@ -368,6 +371,7 @@ def one(n, image, work, state, model_bytes, args):
     fan["pullers"] = n - SITES
     fan["fanout_s"] = round(fan["wall_s"] - converged_mc["wall_s"], 1)
     fan["converged_model_cache"] = converged_mc
+    fan.update(round_times(work, f"fanout-{n}", n))
     fan["fleet_mem_after_mb"] = before - mem_available_mb()
     result = {"hosts": n, "start_s": round(start_s, 1), "host_rss_mb": round(sum(mem) / len(mem) / 1024, 1),
               "fleet_mem_mb": fleet_mb,
@@ -376,6 +380,33 @@ def one(n, image, work, state, model_bytes, args):
         result["slices"] = slices(work, inv, names, state, model_bytes)
     print(json.dumps({k: v for k, v in result.items() if k != "slices"}), flush=True)
     return result
+
+
+def pullers_per_round(n):
+    """The pulls of each round over the 4 sites of N/4 hosts, one seed each: a site's holders double every round."""
+    per_site, holders, out = math.ceil(n / SITES), 1, []
+    while holders < per_site:
+        pulls = min(holders, per_site - holders)
+        out.append(pulls * SITES)
+        holders += pulls
+    return out
+
+
+def round_times(work, tag, n):
+    """Each pull round's wall time from the run's task marks (bench/fanout_round_cost.py's rounds_of), with its
+    pullers: the points of round time = a + b x pullers, the issue-19 model's own measure, here over SSH."""
+    with open(os.path.join(work, f"marks-{tag}.json")) as handle:
+        marks = json.load(handle)
+    rounds, _start, _end = round_cost.rounds_of(marks)
+    return {"round_s": [round(end - start, 2) for start, end in rounds], "round_pullers": pullers_per_round(n)}
+
+
+def round_fit(runs):
+    """round time = a + b x pullers over every round of every N (bench/fanout_round_cost.py's fit)."""
+    results = [{"pullers": r["fanout"]["round_pullers"], "round_s": r["fanout"]["round_s"]} for r in runs]
+    if sum(len(r["round_s"]) for r in results) < 2:
+        return None
+    return round_cost.fit(results)
 
 
 def fit(runs):
@@ -437,7 +468,9 @@ def main():
         else:
             log(f"kept the fleet and {work}")
     data = {**_results.stamp(), "commit": commit, "model": REPO, "model_bytes": model_bytes, "sites": SITES,
-            "skipped_tags": SKIP_TAGS, "results": results, "fanout_fit": fit(results)}  # fmt: skip
+            "skipped_tags": SKIP_TAGS, "results": results, "fanout_fit": fit(results),
+            "round_fit": round_fit(results)}  # fmt: skip
+    print(f"fan-out fits: {json.dumps({'sizes': data['fanout_fit'], 'rounds': data['round_fit']})}", flush=True)
     _results.write(args.output, data)
 
 

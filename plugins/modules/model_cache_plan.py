@@ -197,6 +197,17 @@ models:
     bytes_needed:
       description: Bytes of free space the fetch needs (staging included).
       type: int
+    verified:
+      description:
+        - How the files in place were compared with the origin's listing (M(ttfleet.inference.model_weights)'s
+          RV(ttfleet.inference.model_weights#module:verified)), for a fetch; V(null) otherwise.
+      type: str
+      version_added: 0.3.0
+    hashed:
+      description: The files the comparison hashed, for a fetch (empty when sizes and the manifest sufficed).
+      type: list
+      elements: str
+      version_added: 0.3.0
     filesystem:
       description: The filesystem the weights land on (C(device), C(path), C(free_bytes)), for a fetch.
       type: dict

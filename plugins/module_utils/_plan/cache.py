@@ -228,6 +228,9 @@ def plan_model(
         "kernel": kernel_key(spec),
         "bytes_to_fetch": work["bytes"],
         "bytes_needed": work["bytes_needed"],
+        # How the files in place were compared (model_weights' verified and hashed), for a fetch.
+        "verified": weights.get("verified"),
+        "hashed": list(weights.get("hashed") or []),
         "filesystem": dict(filesystem) if fetching else None,
         "work": work,
     }
