@@ -398,7 +398,25 @@ def round_times(work, tag, n):
     with open(os.path.join(work, f"marks-{tag}.json")) as handle:
         marks = json.load(handle)
     rounds, _start, _end = round_cost.rounds_of(marks)
-    return {"round_s": [round(end - start, 2) for start, end in rounds], "round_pullers": pullers_per_round(n)}
+    out = {"round_s": [round(end - start, 2) for start, end in rounds], "round_pullers": pullers_per_round(n)}
+    # The controller's CPU over each round (ttfleet_marks' .cpu: ansible-playbook and its reaped workers at each
+    # mark), what a controller with cores of its own would spend; the wall time above also waits for the hosts,
+    # which run on the same two cores here.
+    with contextlib.suppress(FileNotFoundError):
+        with open(os.path.join(work, f"marks-{tag}.json.cpu")) as handle:
+            cpu = json.load(handle)
+        at = {mark[0]: index for index, mark in enumerate(marks)}
+        out["round_cpu_s"] = [round(cpu[at[end]] - cpu[at[start]], 2) for start, end in rounds]
+    return out
+
+
+def round_cpu_fit(runs):
+    """controller CPU of a round = a + b x pullers, over every round of every N with CPU marks."""
+    results = [{"pullers": r["fanout"]["round_pullers"], "round_s": r["fanout"]["round_cpu_s"]}
+               for r in runs if "round_cpu_s" in r["fanout"]]  # fmt: skip
+    if sum(len(r["round_s"]) for r in results) < 2:
+        return None
+    return round_cost.fit(results)
 
 
 def round_fit(runs):
@@ -469,8 +487,9 @@ def main():
             log(f"kept the fleet and {work}")
     data = {**_results.stamp(), "commit": commit, "model": REPO, "model_bytes": model_bytes, "sites": SITES,
             "skipped_tags": SKIP_TAGS, "results": results, "fanout_fit": fit(results),
-            "round_fit": round_fit(results)}  # fmt: skip
-    print(f"fan-out fits: {json.dumps({'sizes': data['fanout_fit'], 'rounds': data['round_fit']})}", flush=True)
+            "round_fit": round_fit(results), "round_cpu_fit": round_cpu_fit(results)}  # fmt: skip
+    fits = {"sizes": data["fanout_fit"], "rounds": data["round_fit"], "round_cpu": data["round_cpu_fit"]}
+    print(f"fan-out fits: {json.dumps(fits)}", flush=True)
     _results.write(args.output, data)
 
 
