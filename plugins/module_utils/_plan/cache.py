@@ -187,13 +187,6 @@ def plan_model(
     # alias: make the expected volume from the candidate; own: give weights already in place their layout;
     # fetch: model_weights from the source (bytes_to_fetch may be 0 on a converged host: it still compares).
     action = "alias" if aliasing else ("own" if source == "preseeded" else "fetch")
-    # What model_weights would change (its check mode, with the options the tasks pass): for a fetch, the weights,
-    # their owners and modes, the manifest and the layout; for weights in place, their layout. An alias is always
-    # work (the expected volume does not exist yet). The tasks skip a host with nothing pending (issue 34).
-    if action == "own":
-        pending = bool(plan_weights({"dest": spec["paths"]["weights"], "source": "none"}).get("changed"))
-    else:
-        pending = aliasing or bool(weights.get("changed", True))
     # Only a pinned commit of a repository is the same bytes on every host.
     shareable = bool(fetching and options.get("peers") and source != "path" and is_commit_sha(revision))
     work = _work_entry(
@@ -209,6 +202,13 @@ def plan_model(
         shareable=shareable,
         candidate=candidate,
     )
+    # What model_weights would change (its check mode, with the options the tasks pass): for a fetch, the work entry's
+    # (the weights, their owners and modes, the manifest and the layout); for weights in place, their layout. An
+    # alias is always work (the expected volume does not exist yet). The tasks skip a host with nothing pending.
+    if action == "own":
+        pending = bool(plan_weights({"dest": spec["paths"]["weights"], "source": "none"}).get("changed"))
+    else:
+        pending = aliasing or work["pending"]
     extras = [
         _extra_work(entry, spec, expected, item, sources, options, plan_weights)
         for item in entry.get("extra_repos") or []
