@@ -1,5 +1,6 @@
 """What every benchmark script records beside its numbers: the date, the machine, and the JSON file itself."""
 
+import configparser
 import json
 import os
 import platform
@@ -21,3 +22,15 @@ def write(path, data):
         json.dump(data, out, indent=2)
         out.write("\n")
     print(f"wrote {path}")
+
+
+def callbacks(root, *bench):
+    """ANSIBLE_CALLBACKS_ENABLED for a timed run: the checkout's ansible.cfg's callbacks_enabled plus the bench's own.
+
+    The variable replaces the configured list, so a bench that only named its own callbacks would time the run
+    without the ones operators get from ansible.cfg (ttfleet.inference.lean_workers).
+    """
+    config = configparser.ConfigParser(interpolation=None)
+    config.read(os.path.join(root, "ansible.cfg"))
+    configured = [name.strip() for name in config.get("defaults", "callbacks_enabled", fallback="").split(",")]
+    return ",".join([name for name in configured if name] + list(bench))

@@ -34,6 +34,8 @@ import sys
 import tempfile
 import time
 
+import _results
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, ".ansible", "collections"))
 
@@ -140,7 +142,8 @@ def run(count, work, endpoint, revision):
         marks_file = os.path.join(work, f"marks-{count}.json")
         env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_FORKS=str(count),
                    ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".ansible", "collections"),
-                   ANSIBLE_CALLBACK_PLUGINS=os.path.join(work, "callbacks"), ANSIBLE_CALLBACKS_ENABLED="fcb_marks",
+                   ANSIBLE_CALLBACK_PLUGINS=os.path.join(work, "callbacks"),
+                   ANSIBLE_CALLBACKS_ENABLED=_results.callbacks(ROOT, "fcb_marks"),
                    FCB_MARKS=marks_file)  # fmt: skip
         start = time.monotonic()
         proc = subprocess.run(

@@ -258,7 +258,7 @@ def env_for(work, tag):
         ANSIBLE_SSH_COMMON_ARGS="-o UserKnownHostsFile=/dev/null -o StrictHostKeyChecking=no -o LogLevel=ERROR",
         ANSIBLE_SSH_CONTROL_PATH_DIR=control,
         ANSIBLE_CALLBACK_PLUGINS=os.path.join(ROOT, "bench", "callback_plugins"),
-        ANSIBLE_CALLBACKS_ENABLED="ttfleet_contact,ttfleet_marks",
+        ANSIBLE_CALLBACKS_ENABLED=_results.callbacks(ROOT, "ttfleet_contact", "ttfleet_marks"),
         TTFLEET_CONTACT_FILE=contact,
         TTFLEET_MARKS_FILE=os.path.join(work, f"marks-{tag}.json"),
     )  # fmt: skip

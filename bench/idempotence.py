@@ -76,7 +76,7 @@ def run(inventory, playbook, extra=()):
                 env(),
                 **(mitogen_env() if MITOGEN else {}),
                 ANSIBLE_CALLBACK_PLUGINS=os.path.join(ROOT, "bench", "callback_plugins"),
-                ANSIBLE_CALLBACKS_ENABLED="ttfleet_contact",
+                ANSIBLE_CALLBACKS_ENABLED=_results.callbacks(ROOT, "ttfleet_contact"),
                 TTFLEET_CONTACT_FILE=contact.name,
             ),
             text=True,
