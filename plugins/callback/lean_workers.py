@@ -49,6 +49,7 @@ import importlib
 import os
 import pkgutil
 import sys
+from typing import Any
 
 from ansible.plugins.callback import CallbackBase
 from ansible.utils.display import Display
@@ -128,7 +129,7 @@ class CallbackModule(CallbackBase):
     CALLBACK_NAME = "ttfleet.inference.lean_workers"
     CALLBACK_NEEDS_ENABLED = True
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._warmed = False
         _freeze_in_workers()
@@ -140,5 +141,5 @@ class CallbackModule(CallbackBase):
         for missed in warm_plugins():
             display.vvv(f"lean_workers: not preloaded, the workers load it themselves: {missed}")
 
-    def v2_playbook_on_play_start(self, play):
+    def v2_playbook_on_play_start(self, play: Any) -> None:
         self._warm()
