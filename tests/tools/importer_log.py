@@ -9,7 +9,7 @@ Explained, and only in these forms:
 - flake8 E203, W503, W504 on Python files: pycodestyle checks that flake8 itself leaves off by default and that
   contradict PEP 8 (and each other: W503 and W504) as ruff format writes it; the importer's --select turns them on;
 - "Ignore files skip ansible-test sanity tests": only for ignore files whose every entry is
-  validate-modules:missing-gplv3-license (the collection is Apache-2.0, not GPLv3).
+  validate-modules:missing-gplv3-license of a module or callback plugin (the collection is Apache-2.0, not GPLv3).
 """
 
 import os
@@ -18,7 +18,7 @@ import sys
 
 FLAKE8 = re.compile(r"^WARNING: (?P<path>\S+?):\d+:\d+: (?P<code>[A-Z]\d+) ")
 IGNORES = re.compile(r"^WARNING: Ignore files skip ansible-test sanity tests, found (?P<file>ignore-[0-9.]+\.txt) ")
-GPL = re.compile(r"^plugins/modules/\w+\.py validate-modules:missing-gplv3-license( #.*)?$")
+GPL = re.compile(r"^plugins/(modules|callback)/\w+\.py validate-modules:missing-gplv3-license( #.*)?$")
 
 
 def explained(line, installed):
