@@ -410,18 +410,11 @@ def round_times(work, tag, n):
     return out
 
 
-def round_cpu_fit(runs):
-    """controller CPU of a round = a + b x pullers, over every round of every N with CPU marks."""
-    results = [{"pullers": r["fanout"]["round_pullers"], "round_s": r["fanout"]["round_cpu_s"]}
-               for r in runs if "round_cpu_s" in r["fanout"]]  # fmt: skip
-    if sum(len(r["round_s"]) for r in results) < 2:
-        return None
-    return round_cost.fit(results)
-
-
-def round_fit(runs):
-    """round time = a + b x pullers over every round of every N (bench/fanout_round_cost.py's fit)."""
-    results = [{"pullers": r["fanout"]["round_pullers"], "round_s": r["fanout"]["round_s"]} for r in runs]
+def round_fit(runs, key="round_s"):
+    """round time (key round_s) or the controller's CPU of a round (round_cpu_s) = a + b x pullers, over every round
+    of every N that has it (bench/fanout_round_cost.py's fit)."""
+    results = [{"pullers": r["fanout"]["round_pullers"], "round_s": r["fanout"][key]}
+               for r in runs if key in r["fanout"]]  # fmt: skip
     if sum(len(r["round_s"]) for r in results) < 2:
         return None
     return round_cost.fit(results)
@@ -487,7 +480,7 @@ def main():
             log(f"kept the fleet and {work}")
     data = {**_results.stamp(), "commit": commit, "model": REPO, "model_bytes": model_bytes, "sites": SITES,
             "skipped_tags": SKIP_TAGS, "results": results, "fanout_fit": fit(results),
-            "round_fit": round_fit(results), "round_cpu_fit": round_cpu_fit(results)}  # fmt: skip
+            "round_fit": round_fit(results), "round_cpu_fit": round_fit(results, "round_cpu_s")}  # fmt: skip
     fits = {"sizes": data["fanout_fit"], "rounds": data["round_fit"], "round_cpu": data["round_cpu_fit"]}
     print(f"fan-out fits: {json.dumps(fits)}", flush=True)
     _results.write(args.output, data)

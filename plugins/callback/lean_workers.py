@@ -66,38 +66,30 @@ _FREEZE_REGISTERED = False
 
 def _freeze_in_workers() -> None:
     global _FREEZE_REGISTERED
-    if not _FREEZE_REGISTERED and hasattr(gc, "freeze"):
+    if not _FREEZE_REGISTERED:
         os.register_at_fork(after_in_child=gc.freeze)
         _FREEZE_REGISTERED = True
 
 
-def _collection_filter_names() -> list[str]:
+def _collection_filter_name() -> str:
     """One filter name of this collection: asking the loader for any one of them loads every filter file."""
     package = importlib.import_module(_FILTERS)
     for info in pkgutil.iter_modules(package.__path__):
-        if info.ispkg:
-            continue
-        module = importlib.import_module(f"{_FILTERS}.{info.name}")
-        filters = getattr(module, "FilterModule", None)
-        if filters is not None:
-            names = list(filters().filters())
-            if names:
-                return [f"ttfleet.inference.{names[0]}"]
-    return []
+        filters = getattr(importlib.import_module(f"{_FILTERS}.{info.name}"), "FilterModule", None)
+        for name in filters().filters() if filters is not None else ():
+            return f"ttfleet.inference.{name}"
+    raise LookupError(f"no filter plugin in {_FILTERS}")
 
 
-def _import_lazy_module_utils() -> int:
+def _import_lazy_module_utils() -> None:
     """Import the module_utils the loaded filter files bind lazily (plugins/plugin_utils/lazy.py)."""
     lazy = importlib.import_module(_LAZY)
-    count = 0
     for name, module in list(sys.modules.items()):
         if not name.startswith(_FILTERS + ".") or module is None:
             continue
         for value in list(vars(module).values()):
             if isinstance(value, lazy.LazyModule):
                 value.__name__  # noqa: B018 - LazyModule imports its module on the first attribute read
-                count += 1
-    return count
 
 
 def warm_plugins() -> list[str]:
@@ -111,7 +103,7 @@ def warm_plugins() -> list[str]:
         ("ansible.builtin filters", lambda: importlib.import_module(builtin + "filter")),
         ("ansible.builtin tests", lambda: importlib.import_module(builtin + "test")),
         ("the action of plain modules", lambda: action_loader.get("ansible.legacy.normal", class_only=True)),
-        ("ttfleet.inference filters", lambda: [filter_loader.get(name) for name in _collection_filter_names()]),
+        ("ttfleet.inference filters", lambda: filter_loader.get(_collection_filter_name())),
         ("ttfleet.inference module_utils of the filters", _import_lazy_module_utils),
     )
     missed = []
